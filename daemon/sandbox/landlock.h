@@ -1,0 +1,18 @@
+#pragma once
+
+#include "proto/sandbox.pb.h"
+
+namespace pando::sandbox {
+
+// The best Landlock ABI this kernel offers (0: none).
+int landlock_abi_version();
+
+// Restricts the calling thread (and its future children) with Landlock:
+// read+execute on system paths, read-write (workspace) or read-only (core) on
+// the project, read-write on the sandbox HOME/TMPDIR and /tmp; with ABI >= 4
+// no TCP bind/connect; with ABI >= 6 abstract unix sockets and signals scoped.
+// Paths are as seen after pivot_root. Returns the ABI used (0 when the kernel
+// has none, which throws SetupError instead when plan.require_landlock()).
+int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan);
+
+}  // namespace pando::sandbox
