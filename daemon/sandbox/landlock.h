@@ -1,11 +1,17 @@
 #pragma once
 
+#include <string>
+
 #include "proto/sandbox.pb.h"
 
 namespace pando::sandbox {
 
 // The best Landlock ABI this kernel offers (0: none).
 int landlock_abi_version();
+
+// One line for `security status`: "ABI 7: fs, net tcp, scope", or why Landlock
+// is unavailable.
+std::string landlock_status_detail();
 
 // Restricts the calling thread (and its future children) with Landlock:
 // read+execute on system paths, read-write (workspace) or read-only (core) on

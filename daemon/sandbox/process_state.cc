@@ -1,0 +1,104 @@
+#include "daemon/sandbox/process_state.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+#include "daemon/sandbox/setup_error.h"
+
+namespace pando::sandbox {
+namespace {
+
+constexpr rlim_t kDefaultCore = 0;
+constexpr rlim_t kDefaultNofile = 4096;
+
+void reset_signals() {
+  sigset_t empty;
+  if (sigemptyset(&empty) != 0) throw_errno("reset_process_state: sigemptyset");
+  if (sigprocmask(SIG_SETMASK, &empty, nullptr) != 0) {
+    throw_errno("reset_process_state: sigprocmask");
+  }
+  sigset_t now;
+  if (sigprocmask(SIG_SETMASK, nullptr, &now) != 0) {
+    throw_errno("reset_process_state: sigprocmask");
+  }
+  if (!sigisemptyset(&now)) {
+    throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+                     "reset_process_state: signals still blocked");
+  }
+
+  // SIG_IGN survives execve, so every disposition is reset, not only handlers.
+  // glibc reserves 32..SIGRTMIN-1 for itself, refuses to change them and never
+  // ignores them; execve resets their handlers.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  if (sigemptyset(&dfl.sa_mask) != 0) throw_errno("reset_process_state: sigemptyset");
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    if (sig >= 32 && sig < SIGRTMIN) continue;
+    if (sigaction(sig, &dfl, nullptr) != 0) {
+      throw_errno("reset_process_state: sigaction(" + std::to_string(sig) + ")");
+    }
+  }
+}
+
+void set_limit(int resource, const char* name, rlim_t value) {
+  const struct rlimit limit = {value, value};
+  if (setrlimit(resource, &limit) != 0) {
+    throw_errno(std::string("reset_process_state: setrlimit(") + name + ", " +
+                std::to_string(value) + ")");
+  }
+}
+
+void close_inherited_fds() {
+  // glibc 2.34+ has the wrapper; the raw syscall keeps older build hosts working.
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+  const int rc = close_range(3, ~0U, 0);
+#else
+  const int rc = static_cast<int>(syscall(SYS_close_range, 3U, ~0U, 0U));
+#endif
+  if (rc != 0) throw_errno("reset_process_state: close_range(3, ~0U)");
+}
+
+}  // namespace
+
+void reset_process_state(const pando::helper::sandbox::v1::SandboxPlan& plan) {
+  reset_signals();
+
+  umask(022);
+
+  set_limit(RLIMIT_CORE, "RLIMIT_CORE",
+            plan.rlimit_core() != 0 ? static_cast<rlim_t>(plan.rlimit_core()) : kDefaultCore);
+  set_limit(RLIMIT_NOFILE, "RLIMIT_NOFILE",
+            plan.rlimit_nofile() != 0 ? static_cast<rlim_t>(plan.rlimit_nofile()) : kDefaultNofile);
+
+  // A new session without a controlling terminal: the role cannot reach the
+  // caller's terminal (TIOCSTI and friends, CVE-2017-5226).
+  if (setsid() < 0) throw_errno("reset_process_state: setsid");
+
+  // Not dumpable while the launcher's state is still in memory: no ptrace
+  // attach, no core, /proc/<pid> owned by root. execve of the role binary makes
+  // it dumpable again, which is expected (the role then holds nothing of ours).
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) throw_errno("reset_process_state: PR_SET_DUMPABLE");
+  if (prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+                     "reset_process_state: still dumpable after PR_SET_DUMPABLE 0");
+  }
+
+  // The kernel clears the parent-death signal on credential changes, so this
+  // must come after drop_to_role_user. If init is already gone, the pid
+  // namespace is being torn down and the kernel kills us anyway.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
+    throw_errno("reset_process_state: PR_SET_PDEATHSIG");
+  }
+
+  close_inherited_fds();
+}
+
+}  // namespace pando::sandbox
