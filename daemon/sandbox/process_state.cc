@@ -1,5 +1,6 @@
 #include "daemon/sandbox/process_state.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -56,19 +57,40 @@ void set_limit(int resource, const char* name, rlim_t value) {
   }
 }
 
-void close_inherited_fds() {
+int close_fd_range(unsigned int first, unsigned int last) {
   // glibc 2.34+ has the wrapper; the raw syscall keeps older build hosts working.
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
-  const int rc = close_range(3, ~0U, 0);
+  return close_range(first, last, 0);
 #else
-  const int rc = static_cast<int>(syscall(SYS_close_range, 3U, ~0U, 0U));
+  return static_cast<int>(syscall(SYS_close_range, first, last, 0U));
 #endif
-  if (rc != 0) throw_errno("reset_process_state: close_range(3, ~0U)");
+}
+
+// Closes every fd above 2 except keep_fd, which must be close-on-exec so that
+// it cannot reach the role binary either (runc CVE-2024-21626).
+void close_inherited_fds(int keep_fd) {
+  if (keep_fd > 2) {
+    const int flags = fcntl(keep_fd, F_GETFD);
+    if (flags < 0) throw_errno("reset_process_state: fcntl(keep_fd)");
+    if ((flags & FD_CLOEXEC) == 0) {
+      throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+                       "reset_process_state: the kept fd is not close-on-exec");
+    }
+    const auto keep = static_cast<unsigned int>(keep_fd);
+    if (keep > 3 && close_fd_range(3, keep - 1) != 0) {
+      throw_errno("reset_process_state: close_range(3, " + std::to_string(keep - 1) + ")");
+    }
+    if (close_fd_range(keep + 1, ~0U) != 0) {
+      throw_errno("reset_process_state: close_range(" + std::to_string(keep + 1) + ", ~0U)");
+    }
+    return;
+  }
+  if (close_fd_range(3, ~0U) != 0) throw_errno("reset_process_state: close_range(3, ~0U)");
 }
 
 }  // namespace
 
-void reset_process_state(const pando::helper::sandbox::v1::SandboxPlan& plan) {
+void reset_process_state(const pando::helper::sandbox::v1::SandboxPlan& plan, int keep_fd) {
   reset_signals();
 
   umask(022);
@@ -98,7 +120,7 @@ void reset_process_state(const pando::helper::sandbox::v1::SandboxPlan& plan) {
     throw_errno("reset_process_state: PR_SET_PDEATHSIG");
   }
 
-  close_inherited_fds();
+  close_inherited_fds(keep_fd);
 }
 
 }  // namespace pando::sandbox

@@ -1,0 +1,307 @@
+#include "client/setup_users.h"
+
+#ifdef __linux__
+#include <grp.h>
+#include <pwd.h>
+#include <shadow.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+#endif
+
+namespace pando::client {
+
+#ifdef __linux__
+namespace {
+
+constexpr const char* kUseradd = "/usr/sbin/useradd";
+constexpr const char* kUsermod = "/usr/sbin/usermod";
+constexpr const char* kGroupadd = "/usr/sbin/groupadd";
+constexpr const char* kLoginDefs = "/etc/login.defs";
+constexpr const char* kNoLoginShell = "/usr/sbin/nologin";
+constexpr const char* kNoHome = "/nonexistent";
+constexpr std::array<const char*, 4> kNoLoginShells = {"/usr/sbin/nologin", "/sbin/nologin",
+                                                       "/bin/false", "/usr/bin/false"};
+
+struct IdRange {
+  unsigned long min;
+  unsigned long max;
+};
+
+struct Account {
+  uid_t uid;
+  std::string shell;
+  std::string home;
+  std::string passwd;                 // the passwd field, "x" when shadowed
+  std::optional<std::string> shadow;  // the shadow password field, if any
+};
+
+// The system ranges useradd/groupadd --system allocate from, so that the
+// check agrees with what they create.
+IdRange read_system_range(const char* min_key, const char* max_key) {
+  IdRange range{100, 999};
+  std::ifstream defs(kLoginDefs);
+  std::string line;
+  while (std::getline(defs, line)) {
+    std::istringstream words(line.substr(0, line.find('#')));
+    std::string key, value;
+    if (!(words >> key >> value)) continue;
+    if (key != min_key && key != max_key) continue;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long number = std::strtoul(value.c_str(), &end, 10);
+    if (errno != 0 || end == value.c_str() || *end != '\0') continue;
+    (key == min_key ? range.min : range.max) = number;
+  }
+  return range;
+}
+
+bool valid_name(const std::string& name) {
+  if (name.empty() || name.size() > 32) return false;
+  if (!(name[0] == '_' || (name[0] >= 'a' && name[0] <= 'z'))) return false;
+  for (const char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
+  }
+  return true;
+}
+
+std::vector<char> lookup_buffer(int which) {
+  const long hint = sysconf(which);
+  return std::vector<char>(hint > 0 ? static_cast<size_t>(hint) : 4096);
+}
+
+std::optional<Account> lookup_user(const std::string& name) {
+  std::vector<char> buf = lookup_buffer(_SC_GETPW_R_SIZE_MAX);
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  int rc;
+  while ((rc = getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found)) == ERANGE) {
+    buf.resize(buf.size() * 2);
+  }
+  if (rc != 0) throw std::runtime_error("getpwnam_r(" + name + "): " + std::strerror(rc));
+  if (found == nullptr) return std::nullopt;
+  Account account{pw.pw_uid, pw.pw_shell ? pw.pw_shell : "", pw.pw_dir ? pw.pw_dir : "",
+                  pw.pw_passwd ? pw.pw_passwd : "", std::nullopt};
+
+  std::vector<char> sbuf(4096);
+  struct spwd sp {};
+  struct spwd* sfound = nullptr;
+  while ((rc = getspnam_r(name.c_str(), &sp, sbuf.data(), sbuf.size(), &sfound)) == ERANGE) {
+    sbuf.resize(sbuf.size() * 2);
+  }
+  if (rc != 0 && rc != ENOENT) {
+    throw std::runtime_error("getspnam_r(" + name + "): " + std::strerror(rc));
+  }
+  if (sfound != nullptr && sp.sp_pwdp != nullptr) account.shadow = sp.sp_pwdp;
+  return account;
+}
+
+bool group_exists(const std::string& name) {
+  std::vector<char> buf = lookup_buffer(_SC_GETGR_R_SIZE_MAX);
+  struct group gr {};
+  struct group* found = nullptr;
+  int rc;
+  while ((rc = getgrnam_r(name.c_str(), &gr, buf.data(), buf.size(), &found)) == ERANGE) {
+    buf.resize(buf.size() * 2);
+  }
+  if (rc != 0) throw std::runtime_error("getgrnam_r(" + name + "): " + std::strerror(rc));
+  return found != nullptr;
+}
+
+bool locked(const std::string& password) {
+  return !password.empty() && (password[0] == '!' || password[0] == '*');
+}
+
+// Every property that would make the account usable for anything but the
+// role, or empty when there is none.
+std::vector<std::string> problems_of(const Account& account, const IdRange& range) {
+  std::vector<std::string> problems;
+  if (account.uid == 0 || account.uid < range.min || account.uid > range.max) {
+    problems.push_back("uid " + std::to_string(account.uid) + " outside the system range " +
+                       std::to_string(range.min) + ".." + std::to_string(range.max));
+  }
+  bool no_login = false;
+  for (const char* shell : kNoLoginShells) no_login = no_login || account.shell == shell;
+  if (!no_login) problems.push_back("login shell '" + account.shell + "'");
+  const std::string& password = account.shadow ? *account.shadow : account.passwd;
+  if (!locked(password)) problems.push_back("a usable password (not locked with '!' or '*')");
+  struct stat st {};
+  if (!account.home.empty() && stat(account.home.c_str(), &st) == 0) {
+    problems.push_back("an existing home directory " + account.home);
+  }
+  return problems;
+}
+
+std::string join(const std::vector<std::string>& parts) {
+  std::string joined;
+  for (const std::string& part : parts) joined += (joined.empty() ? "" : ", ") + part;
+  return joined;
+}
+
+// Runs an absolute-path tool without a shell and with a fixed environment.
+bool run_tool(const char* path, const std::vector<std::string>& args, std::ostream& out,
+              std::ostream& err) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(path));
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  char path_env[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+  char locale_env[] = "LC_ALL=C";
+  char* envp[] = {path_env, locale_env, nullptr};
+
+  out.flush();
+  err.flush();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    err << "fork: " << std::strerror(errno) << "\n";
+    return false;
+  }
+  if (pid == 0) {
+    execve(path, argv.data(), envp);
+    _exit(127);
+  }
+  int status = 0;
+  pid_t waited;
+  while ((waited = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+  }
+  if (waited < 0) {
+    err << "waitpid: " << std::strerror(errno) << "\n";
+    return false;
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+  std::string command = path;
+  for (const std::string& arg : args) command += " " + arg;
+  if (WIFEXITED(status)) {
+    err << command << ": exited with status " << WEXITSTATUS(status) << "\n";
+  } else {
+    err << command << ": killed by signal " << WTERMSIG(status) << "\n";
+  }
+  return false;
+}
+
+struct Role {
+  const std::string& user;
+  const char* label;
+};
+
+int setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostream& err) {
+  const std::array<Role, 2> roles = {Role{options.core_user, "core"},
+                                     Role{options.workspace_user, "workspace"}};
+  for (const Role& role : roles) {
+    if (!valid_name(role.user)) {
+      err << "invalid user name '" << role.user << "' (lowercase letters, digits, '_', '-')\n";
+      return 2;
+    }
+  }
+  if (options.core_user == options.workspace_user) {
+    err << "the core and workspace roles need two different users\n";
+    return 2;
+  }
+  if (options.create_group && !valid_name(options.group)) {
+    err << "invalid group name '" << options.group << "'\n";
+    return 2;
+  }
+  if (geteuid() != 0) {
+    err << "security setup-users must run as root (it creates system users)\n";
+    return 2;
+  }
+
+  const IdRange uids = read_system_range("SYS_UID_MIN", "SYS_UID_MAX");
+  std::array<bool, 2> missing{};
+  bool refused = false;
+  for (size_t i = 0; i < roles.size(); ++i) {
+    const std::string& name = roles[i].user;
+    const std::optional<Account> account = lookup_user(name);
+    if (!account) {
+      missing[i] = true;
+      if (group_exists(name)) {
+        err << name << ": refused: a group '" << name
+            << "' exists without that user; remove the group or create the user yourself\n";
+        refused = true;
+      }
+      continue;
+    }
+    const std::vector<std::string> problems = problems_of(*account, uids);
+    if (!problems.empty()) {
+      err << name << ": refused: the existing user has " << join(problems)
+          << "; fix or remove it, then run again\n";
+      refused = true;
+    }
+  }
+  if (refused) return 1;
+
+  if (options.create_group) {
+    if (group_exists(options.group)) {
+      out << options.group << ": group already exists, unchanged\n";
+    } else {
+      if (!run_tool(kGroupadd, {"--system", options.group}, out, err)) return 1;
+      out << options.group << ": system group created\n";
+    }
+  }
+
+  for (size_t i = 0; i < roles.size(); ++i) {
+    const std::string& name = roles[i].user;
+    if (!missing[i]) {
+      out << name << ": already set up, unchanged\n";
+      continue;
+    }
+    const std::string comment = std::string("Pando ") + roles[i].label + " role";
+    if (!run_tool(kUseradd,
+                  {"--system", "--user-group", "--no-create-home", "--home-dir", kNoHome, "--shell",
+                   kNoLoginShell, "--comment", comment, name},
+                  out, err)) {
+      return 1;
+    }
+    std::optional<Account> account = lookup_user(name);
+    if (account && !locked(account->shadow ? *account->shadow : account->passwd)) {
+      if (!run_tool(kUsermod, {"--lock", name}, out, err)) return 1;
+      account = lookup_user(name);
+    }
+    if (!account) {
+      err << name << ": useradd succeeded but the user cannot be found\n";
+      return 1;
+    }
+    const std::vector<std::string> problems = problems_of(*account, uids);
+    if (!problems.empty()) {
+      err << name << ": created, but it has " << join(problems) << "\n";
+      return 1;
+    }
+    out << name << ": created system user (uid " << account->uid << ")\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostream& err) {
+  try {
+    return setup_users(options, out, err);
+  } catch (const std::exception& e) {
+    err << e.what() << "\n";
+    return 1;
+  }
+}
+
+#else
+
+// macOS: create each missing user with dscl (UniqueID and PrimaryGroupID below 500, UserShell
+// /usr/bin/false, NFSHomeDirectory /var/empty, Password "*", IsHidden 1), same checks as Linux.
+int run_setup_users(const SetupUsersOptions&, std::ostream&, std::ostream& err) {
+  err << "security setup-users is not implemented on this platform yet\n";
+  return 2;
+}
+
+#endif
+
+}  // namespace pando::client
