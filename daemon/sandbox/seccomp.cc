@@ -1,0 +1,281 @@
+#include "daemon/sandbox/seccomp.h"
+
+#include <asm/unistd.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/sandbox/setup_error.h"
+
+#if !defined(__x86_64__)
+#error "The seccomp policy is written for x86_64 only (syscall numbers, ABI checks)."
+#endif
+
+// Linux 6.15; Debian 12's kernel headers predate it.
+#ifndef __NR_open_tree_attr
+#define __NR_open_tree_attr 467
+#endif
+
+namespace pando::sandbox {
+namespace {
+
+enum class Match {
+  kAlways,
+  kArgHasAnyBit,  // (arg & value) != 0
+  kArgLow32Is,    // (arg & 0xffffffff) == value: the kernel reads the argument as 32 bits
+  kArgNotEither,  // arg is neither value nor value2 (value < value2)
+};
+
+struct When {
+  Match match;
+  unsigned arg;
+  uint64_t value;
+  uint64_t value2;
+  const char* text;  // for the printed policy
+};
+
+constexpr When kAlways{Match::kAlways, 0, 0, 0, ""};
+constexpr When arg_has_any_bit(unsigned arg, uint64_t mask, const char* text) {
+  return {Match::kArgHasAnyBit, arg, mask, 0, text};
+}
+constexpr When arg_low32_is(unsigned arg, uint64_t value, const char* text) {
+  return {Match::kArgLow32Is, arg, value, 0, text};
+}
+constexpr When arg_not_either(unsigned arg, uint64_t a, uint64_t b, const char* text) {
+  return {Match::kArgNotEither, arg, a, b, text};
+}
+
+struct Rule {
+  const char* name;
+  int nr;
+  int error;  // the errno the syscall fails with
+  When when;
+  const char* reason;
+};
+
+// clone() carries the exit signal in its low byte, where CLONE_NEWTIME (0x80) sits; valid
+// signals never set that bit, so including it only denies what the kernel would reject.
+constexpr uint64_t kCloneNewFlags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |
+                                    CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWTIME;
+
+#define SYSCALL(name) #name, __NR_##name
+
+// The whole policy. The default action is ALLOW; every row below fails its syscall with the
+// given errno. Not listed on purpose:
+// - listmount/statmount (Linux 6.8): they read mount information the role can already read in
+//   /proc/self/mountinfo of its own mount namespace; reaching another namespace needs
+//   CAP_SYS_ADMIN over it, which the role never has.
+// - mseal, lsm_*_self_attr, the *xattrat and file_*attr calls: they act on the caller's own
+//   memory, LSM attributes or files that Landlock and permissions already govern.
+constexpr Rule kPolicy[] = {
+    // Other processes of the role user.
+    {SYSCALL(ptrace), EPERM, kAlways, "reads and controls other processes"},
+    {SYSCALL(process_vm_readv), EPERM, kAlways, "reads another process's memory"},
+    {SYSCALL(process_vm_writev), EPERM, kAlways, "writes another process's memory"},
+    {SYSCALL(pidfd_getfd), EPERM, kAlways,
+     "copies a file descriptor out of another process (ptrace-level access)"},
+
+    // Mount table and root: the filesystem view is fixed before exec.
+    {SYSCALL(mount), EPERM, kAlways, "changes the filesystem view"},
+    {SYSCALL(umount2), EPERM, kAlways, "uncovers what the filesystem view hides"},
+    {SYSCALL(pivot_root), EPERM, kAlways, "changes the root of the mount namespace"},
+    {SYSCALL(chroot), EPERM, kAlways, "changes the root directory"},
+    {SYSCALL(open_tree), EPERM, kAlways, "new mount API (flatpak CVE-2021-41133)"},
+    {SYSCALL(open_tree_attr), EPERM, kAlways, "new mount API (Linux 6.15)"},
+    {SYSCALL(move_mount), EPERM, kAlways, "new mount API (flatpak CVE-2021-41133)"},
+    {SYSCALL(fsopen), EPERM, kAlways, "new mount API (flatpak CVE-2021-41133)"},
+    {SYSCALL(fsconfig), EPERM, kAlways, "new mount API (flatpak CVE-2021-41133)"},
+    {SYSCALL(fsmount), EPERM, kAlways, "new mount API (flatpak CVE-2021-41133)"},
+    {SYSCALL(fspick), EPERM, kAlways, "new mount API (flatpak CVE-2021-41133)"},
+    {SYSCALL(mount_setattr), EPERM, kAlways, "new mount API (flatpak CVE-2021-41133)"},
+
+    // Namespaces: a new user namespace hands out capabilities over kernel code that is
+    // otherwise root-only.
+    {SYSCALL(clone), EPERM, arg_has_any_bit(0, kCloneNewFlags, "flags has a CLONE_NEW* bit"),
+     "creates namespaces"},
+    {SYSCALL(clone3), ENOSYS, kAlways,
+     "its flags sit in memory seccomp cannot read; ENOSYS makes libc fall back to clone"},
+    {SYSCALL(unshare), EPERM, kAlways, "creates namespaces (the role never needs unshare)"},
+    {SYSCALL(setns), EPERM, kAlways, "enters other namespaces"},
+
+    // Kernel keyrings: shared per user, not namespaced.
+    {SYSCALL(keyctl), EPERM, kAlways, "kernel keyrings are not namespaced"},
+    {SYSCALL(add_key), EPERM, kAlways, "kernel keyrings are not namespaced"},
+    {SYSCALL(request_key), EPERM, kAlways, "kernel keyrings are not namespaced"},
+
+    // Large kernel attack surface the tool server does not need.
+    {SYSCALL(bpf), EPERM, kAlways, "eBPF: large kernel attack surface"},
+    {SYSCALL(perf_event_open), EPERM, kAlways, "kernel attack surface, side channels"},
+    {SYSCALL(userfaultfd), EPERM, kAlways, "stalls kernel page faults to widen race windows"},
+    {SYSCALL(io_uring_setup), EPERM, kAlways,
+     "io_uring: large kernel attack surface; its operations bypass seccomp"},
+    {SYSCALL(io_uring_enter), EPERM, kAlways, "io_uring (see io_uring_setup)"},
+    {SYSCALL(io_uring_register), EPERM, kAlways, "io_uring (see io_uring_setup)"},
+
+    // Whole-machine administration.
+    {SYSCALL(kexec_load), EPERM, kAlways, "loads a new kernel"},
+    {SYSCALL(kexec_file_load), EPERM, kAlways, "loads a new kernel"},
+    {SYSCALL(init_module), EPERM, kAlways, "loads kernel modules"},
+    {SYSCALL(finit_module), EPERM, kAlways, "loads kernel modules"},
+    {SYSCALL(delete_module), EPERM, kAlways, "unloads kernel modules"},
+    {SYSCALL(iopl), EPERM, kAlways, "raw I/O port access"},
+    {SYSCALL(ioperm), EPERM, kAlways, "raw I/O port access"},
+    {SYSCALL(reboot), EPERM, kAlways, "reboots the machine"},
+    {SYSCALL(swapon), EPERM, kAlways, "changes swap"},
+    {SYSCALL(swapoff), EPERM, kAlways, "changes swap"},
+    {SYSCALL(acct), EPERM, kAlways, "switches process accounting"},
+    {SYSCALL(quotactl), EPERM, kAlways, "changes disk quotas"},
+    {SYSCALL(quotactl_fd), EPERM, kAlways, "changes disk quotas"},
+    {SYSCALL(open_by_handle_at), EPERM, kAlways,
+     "opens files by handle around the mount view (Docker 'shocker')"},
+    {SYSCALL(name_to_handle_at), EPERM, kAlways, "file handles, used with open_by_handle_at"},
+    {SYSCALL(lookup_dcookie), EPERM, kAlways, "exposes kernel paths (gone since Linux 6.10)"},
+    {SYSCALL(syslog), EPERM, kAlways, "reads and clears the kernel log"},
+    {SYSCALL(vhangup), EPERM, kAlways, "hangs up the terminal"},
+
+    // Terminal input injection (bubblewrap CVE-2017-5226). The kernel reads the request as 32
+    // bits, so the compare ignores the high half (flatpak CVE-2019-10063).
+    {SYSCALL(ioctl), EPERM, arg_low32_is(1, TIOCSTI, "request is TIOCSTI (low 32 bits)"),
+     "pushes input into the terminal"},
+    {SYSCALL(ioctl), EPERM, arg_low32_is(1, TIOCLINUX, "request is TIOCLINUX (low 32 bits)"),
+     "console selection pastes input into the terminal"},
+
+    // Execution domains and flags that weaken the address space (ADDR_NO_RANDOMIZE,
+    // READ_IMPLIES_EXEC, MMAP_PAGE_ZERO...). PER_LINUX and the query stay allowed so that
+    // sanitizer runtimes and setarch-style resets work.
+    {SYSCALL(personality), EPERM,
+     arg_not_either(0, 0, 0xffffffff, "persona is neither 0 (PER_LINUX) nor 0xffffffff (query)"),
+     "execution domains and address-space flags"},
+};
+
+#undef SYSCALL
+
+// Other ABIs: the x86_64 filter never sees their syscall numbers, so it kills them.
+struct AbiRule {
+  const char* name;
+  const char* reason;
+};
+constexpr AbiRule kAbiPolicy[] = {
+    {"i386 ABI (int 0x80)",
+     "numbered differently from x86_64, so the rows above would not match; bad-arch action"},
+    {"x32 ABI (nr | 0x40000000)",
+     "same audit arch as x86_64, so libseccomp's x86_64 filter sends syscall numbers >= "
+     "0x40000000 to the bad-arch action (checked by seccomp_test)"},
+};
+
+struct FilterDeleter {
+  void operator()(void* ctx) const { seccomp_release(ctx); }
+};
+using Filter = std::unique_ptr<void, FilterDeleter>;
+
+[[noreturn]] void throw_seccomp(const std::string& what, int rc) {
+  throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+                   "seccomp: " + what + ": " + std::strerror(-rc));
+}
+
+void add(const Filter& filter, const Rule& rule, const std::vector<scmp_arg_cmp>& compares) {
+  const int rc = seccomp_rule_add_array(filter.get(), SCMP_ACT_ERRNO(rule.error), rule.nr,
+                                        static_cast<unsigned>(compares.size()), compares.data());
+  if (rc != 0) throw_seccomp(std::string("adding a rule for ") + rule.name, rc);
+}
+
+scmp_arg_cmp masked_eq(unsigned arg, uint64_t mask, uint64_t value) {
+  return scmp_arg_cmp{arg, SCMP_CMP_MASKED_EQ, mask, value};
+}
+
+// libseccomp compares an argument at most once per rule, so a range [lo, hi] becomes one rule
+// per aligned power-of-two block, each a masked compare on the block's fixed high bits.
+void add_range(const Filter& filter, const Rule& rule, unsigned arg, uint64_t lo, uint64_t hi) {
+  while (lo <= hi) {
+    uint64_t size = 1;
+    while (size <= std::numeric_limits<uint64_t>::max() / 2 && lo % (size * 2) == 0 &&
+           size * 2 - 1 <= hi - lo) {
+      size *= 2;
+    }
+    add(filter, rule, {masked_eq(arg, ~(size - 1), lo)});
+    if (hi - lo < size) break;
+    lo += size;
+  }
+}
+
+void add_rule(const Filter& filter, const Rule& rule) {
+  const When& when = rule.when;
+  switch (when.match) {
+    case Match::kAlways:
+      add(filter, rule, {});
+      return;
+    case Match::kArgHasAnyBit:
+      for (unsigned bit = 0; bit < 64; ++bit) {
+        const uint64_t flag = uint64_t{1} << bit;
+        if ((when.value & flag) != 0) add(filter, rule, {masked_eq(when.arg, flag, flag)});
+      }
+      return;
+    case Match::kArgLow32Is:
+      add(filter, rule, {masked_eq(when.arg, 0xffffffff, when.value)});
+      return;
+    case Match::kArgNotEither:
+      if (when.value > 0) {
+        add(filter, rule, {scmp_arg_cmp{when.arg, SCMP_CMP_LT, when.value, 0}});
+      }
+      if (when.value2 - when.value > 1)
+        add_range(filter, rule, when.arg, when.value + 1, when.value2 - 1);
+      if (when.value2 < std::numeric_limits<uint64_t>::max()) {
+        add(filter, rule, {scmp_arg_cmp{when.arg, SCMP_CMP_GT, when.value2, 0}});
+      }
+      return;
+  }
+}
+
+}  // namespace
+
+void install_seccomp_filter() {
+  // Checked here rather than set: the order of the launch steps is main.cc's business, and a
+  // filter loaded without it by a process that still has CAP_SYS_ADMIN would hide a wrong order.
+  const int nnp = prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0);
+  if (nnp < 0) throw_errno("prctl(PR_GET_NO_NEW_PRIVS)");
+  if (nnp != 1) {
+    throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+                     "seccomp: PR_SET_NO_NEW_PRIVS is not set");
+  }
+  if (seccomp_arch_native() != SCMP_ARCH_X86_64) {
+    throw SetupError(pando::helper::v1::ERROR_SANDBOX_UNSUPPORTED,
+                     "seccomp: the policy is written for x86_64 only");
+  }
+
+  Filter filter(seccomp_init(SCMP_ACT_ALLOW));
+  if (!filter) throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED, "seccomp_init failed");
+  int rc = seccomp_attr_set(filter.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+  if (rc != 0) throw_seccomp("setting the bad-arch action", rc);
+  rc = seccomp_attr_set(filter.get(), SCMP_FLTATR_CTL_NNP, 0);
+  if (rc != 0) throw_seccomp("leaving no_new_privs alone", rc);
+  rc = seccomp_attr_set(filter.get(), SCMP_FLTATR_API_SYSRAWRC, 1);
+  if (rc != 0) throw_seccomp("asking for kernel error codes", rc);
+
+  for (const Rule& rule : kPolicy) add_rule(filter, rule);
+
+  rc = seccomp_load(filter.get());
+  if (rc != 0) throw_seccomp("loading the filter", rc);
+}
+
+std::vector<SeccompPolicyEntry> seccomp_policy() {
+  std::vector<SeccompPolicyEntry> entries;
+  for (const Rule& rule : kPolicy) {
+    std::string action = strerrorname_np(rule.error);
+    if (rule.when.match != Match::kAlways) action += std::string(" if ") + rule.when.text;
+    entries.push_back({rule.name, rule.nr, action, rule.reason});
+  }
+  for (const AbiRule& abi : kAbiPolicy)
+    entries.push_back({abi.name, -1, "KILL_PROCESS", abi.reason});
+  return entries;
+}
+
+}  // namespace pando::sandbox

@@ -1,0 +1,250 @@
+// pando-sandbox-probe: runs inside a sandbox and reports what it can do, one line per check,
+// "<check> <result>" where result is "ok" (returned 0), "ret=<n>" (returned n > 0) or
+// "errno=<NAME>".
+//
+//   denied-syscalls   tries every syscall the seccomp policy denies
+//   int80             a 32-bit int $0x80 getpid; prints "int80 survived" if it returns
+//   x32               an x32 getpid; prints "x32 survived" if it returns
+//   status            the credential and confinement lines of /proc/self/status, verbatim
+//   fds               "<fd> <target>" for every open fd
+//   env               the environment, one variable per line
+//   setuid-exec PATH [ARGS...]   execs PATH (e.g. a setuid binary)
+//
+// denied-syscalls passes arguments the kernel itself rejects (EINVAL, EFAULT, EBADF...), so
+// without the filter nothing happens to the host even when run as root, and a test can tell
+// the filter's EPERM from the kernel's own answer wherever no capability check comes first.
+
+#include <dirent.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+extern char** environ;
+
+namespace {
+
+#ifndef __NR_open_tree_attr
+#define __NR_open_tree_attr 467
+#endif
+
+constexpr long kBad = -1;  // an invalid fd, pointer, flags word and length all at once
+
+void report(const char* check, long ret, int error) {
+  if (ret < 0) {
+    std::printf("%s errno=%s\n", check, strerrorname_np(error));
+  } else if (ret == 0) {
+    std::printf("%s ok\n", check);
+  } else {
+    std::printf("%s ret=%ld\n", check, ret);
+  }
+  std::fflush(stdout);
+}
+
+void try_syscall(const char* check, long nr, long a0 = kBad, long a1 = kBad, long a2 = kBad,
+                 long a3 = kBad, long a4 = kBad, long a5 = kBad) {
+  errno = 0;
+  const long ret = syscall(nr, a0, a1, a2, a3, a4, a5);
+  report(check, ret, errno);
+}
+
+// vhangup() takes no argument to make invalid: it runs in a child that left its terminal first.
+void try_vhangup() {
+  const pid_t pid = fork();
+  if (pid < 0) {
+    report("vhangup", -1, errno);
+    return;
+  }
+  if (pid == 0) {
+    if (setsid() < 0) {
+      report("vhangup-setsid", -1, errno);
+      _exit(1);
+    }
+    try_syscall("vhangup", __NR_vhangup);
+    _exit(0);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) report("vhangup-wait", -1, errno);
+}
+
+void* thread_main(void*) { return nullptr; }
+
+int denied_syscalls() {
+  try_syscall("ptrace", __NR_ptrace);
+  try_syscall("process_vm_readv", __NR_process_vm_readv);
+  try_syscall("process_vm_writev", __NR_process_vm_writev);
+  try_syscall("pidfd_getfd", __NR_pidfd_getfd);
+  try_syscall("mount", __NR_mount);
+  try_syscall("umount2", __NR_umount2);
+  try_syscall("pivot_root", __NR_pivot_root);
+  try_syscall("chroot", __NR_chroot);
+  try_syscall("open_tree", __NR_open_tree);
+  try_syscall("open_tree_attr", __NR_open_tree_attr);
+  try_syscall("move_mount", __NR_move_mount);
+  try_syscall("fsopen", __NR_fsopen);
+  try_syscall("fsconfig", __NR_fsconfig);
+  try_syscall("fsmount", __NR_fsmount);
+  try_syscall("fspick", __NR_fspick);
+  try_syscall("mount_setattr", __NR_mount_setattr);
+  try_syscall("clone3", __NR_clone3);
+  try_syscall("unshare", __NR_unshare);
+  try_syscall("setns", __NR_setns);
+  try_syscall("keyctl", __NR_keyctl);
+  try_syscall("add_key", __NR_add_key);
+  try_syscall("request_key", __NR_request_key);
+  try_syscall("bpf", __NR_bpf);
+  try_syscall("perf_event_open", __NR_perf_event_open);
+  try_syscall("userfaultfd", __NR_userfaultfd);
+  try_syscall("io_uring_setup", __NR_io_uring_setup);
+  try_syscall("io_uring_enter", __NR_io_uring_enter);
+  try_syscall("io_uring_register", __NR_io_uring_register);
+  try_syscall("kexec_load", __NR_kexec_load);
+  try_syscall("kexec_file_load", __NR_kexec_file_load);
+  try_syscall("init_module", __NR_init_module);
+  try_syscall("finit_module", __NR_finit_module);
+  try_syscall("delete_module", __NR_delete_module);
+  try_syscall("iopl", __NR_iopl);
+  try_syscall("ioperm", __NR_ioperm);
+  try_syscall("reboot", __NR_reboot);
+  try_syscall("swapon", __NR_swapon);
+  try_syscall("swapoff", __NR_swapoff);
+  try_syscall("acct", __NR_acct);
+  try_syscall("quotactl", __NR_quotactl);
+  try_syscall("quotactl_fd", __NR_quotactl_fd);
+  try_syscall("open_by_handle_at", __NR_open_by_handle_at);
+  try_syscall("name_to_handle_at", __NR_name_to_handle_at);
+  try_syscall("lookup_dcookie", __NR_lookup_dcookie);
+  try_syscall("syslog", __NR_syslog);
+  try_vhangup();
+
+  // A thread without CLONE_SIGHAND is invalid, so an unfiltered clone fails before forking.
+  const struct {
+    const char* check;
+    long flag;
+  } namespaces[] = {
+      {"clone-newns", CLONE_NEWNS},     {"clone-newcgroup", CLONE_NEWCGROUP},
+      {"clone-newuts", CLONE_NEWUTS},   {"clone-newipc", CLONE_NEWIPC},
+      {"clone-newuser", CLONE_NEWUSER}, {"clone-newpid", CLONE_NEWPID},
+      {"clone-newnet", CLONE_NEWNET},   {"clone-newtime", CLONE_NEWTIME},
+  };
+  for (const auto& ns : namespaces)
+    try_syscall(ns.check, __NR_clone, ns.flag | CLONE_THREAD, 0, 0, 0, 0);
+
+  // fd -1: without the filter the request reaches no terminal.
+  constexpr long kHigh = long{1} << 32;
+  try_syscall("ioctl-tiocsti", __NR_ioctl, -1, TIOCSTI, 0);
+  try_syscall("ioctl-tiocsti-high", __NR_ioctl, -1, TIOCSTI | kHigh, 0);
+  try_syscall("ioctl-tioclinux", __NR_ioctl, -1, TIOCLINUX, 0);
+  try_syscall("ioctl-tioclinux-high", __NR_ioctl, -1, TIOCLINUX | kHigh, 0);
+
+  // PER_LINUX32 (0x0008) only changes uname's machine; restored right after if it got through.
+  try_syscall("personality-linux32", __NR_personality, 0x0008);
+  try_syscall("personality-high", __NR_personality, kHigh | 0x0008);
+  syscall(__NR_personality, 0);
+
+  // Last: without the filter this moves the probe into a new user namespace.
+  try_syscall("unshare-newuser", __NR_unshare, CLONE_NEWUSER);
+
+  try_syscall("allow-personality-query", __NR_personality, 0xffffffff);
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+    report("allow-fork", -1, errno);
+  } else {
+    report("allow-fork", WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : status, 0);
+  }
+  pthread_t thread;
+  int error = pthread_create(&thread, nullptr, thread_main, nullptr);
+  if (error == 0) error = pthread_join(thread, nullptr);
+  report("allow-thread", error == 0 ? 0 : -1, error);
+  return 0;
+}
+
+int int80() {
+  long ret = 20;  // getpid in the i386 table
+  // The kernel clobbers r8-r11 on int $0x80 from 64-bit code.
+  asm volatile("int $0x80" : "+a"(ret) : : "r8", "r9", "r10", "r11", "memory", "cc");
+  std::printf("int80 survived ret=%ld\n", ret);
+  return 0;
+}
+
+int x32() {
+  constexpr long kX32SyscallBit = 0x40000000;
+  const long ret = syscall(kX32SyscallBit | __NR_getpid);
+  std::printf("x32 survived ret=%ld\n", ret);
+  return 0;
+}
+
+int status() {
+  std::ifstream in("/proc/self/status");
+  if (!in) {
+    report("status", -1, errno);
+    return 1;
+  }
+  static const char* const kKeys[] = {"Uid:",    "Gid:",    "Groups:", "CapInh:",     "CapPrm:",
+                                      "CapEff:", "CapBnd:", "CapAmb:", "NoNewPrivs:", "Seccomp:"};
+  std::string line;
+  while (std::getline(in, line)) {
+    for (const char* key : kKeys) {
+      if (line.rfind(key, 0) == 0) std::printf("%s\n", line.c_str());
+    }
+  }
+  return 0;
+}
+
+int fds() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) {
+    report("fds", -1, errno);
+    return 1;
+  }
+  const std::string own = std::to_string(dirfd(dir));
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name == "." || name == ".." || name == own) continue;
+    char target[4096];
+    const ssize_t n = readlink(("/proc/self/fd/" + name).c_str(), target, sizeof(target) - 1);
+    target[n < 0 ? 0 : n] = '\0';
+    std::printf("%s %s\n", name.c_str(), target);
+  }
+  closedir(dir);
+  return 0;
+}
+
+int env() {
+  for (char** var = environ; *var != nullptr; ++var) std::printf("%s\n", *var);
+  return 0;
+}
+
+int setuid_exec(char** argv) {
+  execv(argv[0], argv);
+  report("setuid-exec", -1, errno);
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string command = argc > 1 ? argv[1] : "";
+  if (command == "denied-syscalls") return denied_syscalls();
+  if (command == "int80") return int80();
+  if (command == "x32") return x32();
+  if (command == "status") return status();
+  if (command == "fds") return fds();
+  if (command == "env") return env();
+  if (command == "setuid-exec" && argc > 2) return setuid_exec(argv + 2);
+  std::fprintf(stderr,
+               "usage: %s denied-syscalls|int80|x32|status|fds|env|setuid-exec PATH [ARGS...]\n",
+               argv[0]);
+  return 2;
+}

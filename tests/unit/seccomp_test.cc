@@ -1,0 +1,435 @@
+#include "daemon/sandbox/seccomp.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/sched.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "daemon/sandbox/setup_error.h"
+
+extern char** environ;
+
+namespace pando::sandbox {
+namespace {
+
+// Exit codes of a child beyond errno values (which stay below 200).
+constexpr int kSucceeded = 200;      // the syscall under test returned >= 0
+constexpr int kInstallFailed = 201;  // install_seccomp_filter() threw
+constexpr int kCheckFailed = 202;    // an ordinary operation failed under the filter
+constexpr long kBad = -1;            // invalid fd, pointer, flags and length at once
+
+std::string exited(int code) { return "exit " + std::to_string(code); }
+std::string killed(int signal) { return "signal " + std::to_string(signal); }
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return exited(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return killed(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+int wait_for(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return status;
+}
+
+// Each check runs in a forked child, so the filter never reaches the test runner. The child
+// leaves its terminal (vhangup, TIOCSTI must have none to act on if the filter were missing)
+// and dumps no core when killed by SIGSYS.
+std::string run_child(const std::function<int()>& body, bool install = true) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
+  if (pid == 0) {
+    const rlimit no_core{0, 0};
+    if (setsid() < 0 || setrlimit(RLIMIT_CORE, &no_core) < 0) _exit(kCheckFailed);
+    if (install) {
+      if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) _exit(kInstallFailed);
+      try {
+        install_seccomp_filter();
+      } catch (const std::exception&) {
+        _exit(kInstallFailed);
+      }
+    }
+    _exit(body());
+  }
+  return describe(wait_for(pid));
+}
+
+int errno_of(long ret) { return ret >= 0 ? kSucceeded : errno; }
+
+int raw(long nr, long a0 = kBad, long a1 = kBad, long a2 = kBad, long a3 = kBad, long a4 = kBad,
+        long a5 = kBad) {
+  return errno_of(syscall(nr, a0, a1, a2, a3, a4, a5));
+}
+
+int int80_getpid() {
+  long ret = 20;  // getpid in the i386 table
+  asm volatile("int $0x80" : "+a"(ret) : : "r8", "r9", "r10", "r11", "memory", "cc");
+  return ret > 0 ? 0 : kCheckFailed;
+}
+
+// Some kernels run without the i386 ABI (ia32_emulation=0, some VMs): int $0x80 then raises a
+// general protection fault (SIGSEGV) before seccomp is consulted.
+bool i386_abi_enabled() { return run_child(int80_getpid, /*install=*/false) == exited(0); }
+
+bool is_conditional(const SeccompPolicyEntry& entry) {
+  return entry.action.find(" if ") != std::string::npos;
+}
+
+TEST(SeccompTest, InstallsAndShowsInProcStatus) {
+  EXPECT_EQ(run_child([] {
+              std::ifstream status("/proc/self/status");
+              std::string line;
+              bool filtered = false;
+              while (std::getline(status, line)) filtered |= line == "Seccomp:\t2";
+              return filtered ? 0 : kCheckFailed;
+            }),
+            exited(0));
+}
+
+TEST(SeccompTest, RefusesWithoutNoNewPrivs) {
+  EXPECT_EQ(run_child(
+                [] {
+                  try {
+                    install_seccomp_filter();
+                  } catch (const SetupError&) {
+                    return 0;
+                  }
+                  return kSucceeded;
+                },
+                /*install=*/false),
+            exited(0));
+}
+
+TEST(SeccompTest, PolicyListsEverySyscallTheSandboxMustDeny) {
+  std::map<std::string, std::string> actions;
+  for (const auto& entry : seccomp_policy()) actions[entry.syscall] = entry.action;
+  for (const char* name : {"ptrace",
+                           "process_vm_readv",
+                           "process_vm_writev",
+                           "mount",
+                           "umount2",
+                           "pivot_root",
+                           "chroot",
+                           "open_tree",
+                           "move_mount",
+                           "fsopen",
+                           "fsconfig",
+                           "fsmount",
+                           "fspick",
+                           "mount_setattr",
+                           "setns",
+                           "unshare",
+                           "keyctl",
+                           "add_key",
+                           "request_key",
+                           "bpf",
+                           "perf_event_open",
+                           "userfaultfd",
+                           "kexec_load",
+                           "kexec_file_load",
+                           "init_module",
+                           "finit_module",
+                           "delete_module",
+                           "iopl",
+                           "ioperm",
+                           "reboot",
+                           "swapon",
+                           "swapoff",
+                           "acct",
+                           "quotactl",
+                           "quotactl_fd",
+                           "open_by_handle_at",
+                           "name_to_handle_at",
+                           "lookup_dcookie",
+                           "syslog",
+                           "vhangup"}) {
+    EXPECT_EQ(actions[name], "EPERM") << name;
+  }
+  EXPECT_EQ(actions["clone3"], "ENOSYS");
+  EXPECT_EQ(actions["i386 ABI (int 0x80)"], "KILL_PROCESS");
+  EXPECT_EQ(actions["x32 ABI (nr | 0x40000000)"], "KILL_PROCESS");
+}
+
+// Unconditional rows are called with all-invalid arguments: the filter must answer before the
+// kernel would (EINVAL, EFAULT, EBADF, ENOSYS as root without the filter).
+TEST(SeccompTest, EveryUnconditionalRowFailsWithItsErrno) {
+  int checked = 0;
+  for (const auto& entry : seccomp_policy()) {
+    if (entry.number < 0 || is_conditional(entry)) continue;
+    SCOPED_TRACE(entry.syscall);
+    ASSERT_TRUE(entry.action == "EPERM" || entry.action == "ENOSYS") << entry.action;
+    const int expected = entry.action == "EPERM" ? EPERM : ENOSYS;
+    EXPECT_EQ(run_child([&] { return raw(entry.number); }), exited(expected));
+    ++checked;
+  }
+  EXPECT_GT(checked, 40);
+}
+
+// Rows that look at an argument each have their own test below.
+TEST(SeccompTest, ConditionalRowsAreTheTestedOnes) {
+  std::multiset<std::string> conditional;
+  for (const auto& entry : seccomp_policy()) {
+    if (is_conditional(entry)) conditional.insert(entry.syscall);
+  }
+  EXPECT_EQ(conditional, (std::multiset<std::string>{"clone", "ioctl", "ioctl", "personality"}));
+}
+
+TEST(SeccompTest, CloneWithAnyNamespaceFlagIsDenied) {
+  for (const long flag : {CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER,
+                          CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWTIME}) {
+    SCOPED_TRACE(flag);
+    // A thread without CLONE_SIGHAND is invalid, so an unfiltered call fails without forking.
+    EXPECT_EQ(run_child([&] { return raw(__NR_clone, flag | CLONE_THREAD, 0, 0, 0, 0); }),
+              exited(EPERM));
+  }
+  // The fork-like call a program would make.
+  EXPECT_EQ(run_child([] {
+              const long ret = syscall(__NR_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0);
+              if (ret == 0) _exit(0);
+              if (ret > 0) wait_for(static_cast<pid_t>(ret));
+              return errno_of(ret);
+            }),
+            exited(EPERM));
+}
+
+TEST(SeccompTest, Clone3FailsWithEnosys) {
+  EXPECT_EQ(run_child([] {
+              clone_args args{};
+              args.exit_signal = SIGCHLD;
+              const long ret = syscall(__NR_clone3, &args, sizeof(args));
+              if (ret == 0) _exit(0);
+              if (ret > 0) wait_for(static_cast<pid_t>(ret));
+              return errno_of(ret);
+            }),
+            exited(ENOSYS));
+}
+
+void* return_argument(void* arg) { return arg; }
+
+TEST(SeccompTest, ForkThreadsAndSpawnStillWork) {
+  EXPECT_EQ(run_child([] {
+              const pid_t pid = fork();
+              if (pid == 0) _exit(7);
+              return pid > 0 && describe(wait_for(pid)) == exited(7) ? 0 : kCheckFailed;
+            }),
+            exited(0));
+  // glibc tries clone3 first and falls back to clone on ENOSYS.
+  EXPECT_EQ(run_child([] {
+              pthread_t thread;
+              int marker = 0;
+              void* result = nullptr;
+              if (pthread_create(&thread, nullptr, return_argument, &marker) != 0) {
+                return kCheckFailed;
+              }
+              if (pthread_join(thread, &result) != 0) return kCheckFailed;
+              return result == &marker ? 0 : kCheckFailed;
+            }),
+            exited(0));
+  EXPECT_EQ(run_child([] {
+              pid_t pid = 0;
+              char* argv[] = {const_cast<char*>("true"), nullptr};
+              if (posix_spawn(&pid, "/bin/true", nullptr, nullptr, argv, environ) != 0) {
+                return kCheckFailed;
+              }
+              return describe(wait_for(pid)) == exited(0) ? 0 : kCheckFailed;
+            }),
+            exited(0));
+}
+
+// fd -1: without the filter the request reaches no terminal and fails with EBADF.
+TEST(SeccompTest, TerminalInjectionIoctlsAreDeniedWhateverTheHighBits) {
+  for (const long request : {TIOCSTI, TIOCLINUX}) {
+    for (const uint64_t high : {uint64_t{0}, uint64_t{1} << 32, uint64_t{0xffffffff00000000}}) {
+      const long value = static_cast<long>(high | static_cast<uint64_t>(request));
+      SCOPED_TRACE(value);
+      EXPECT_EQ(run_child([&] { return raw(__NR_ioctl, -1, value, 0); }), exited(EPERM));
+    }
+  }
+  // Neighbouring requests still reach the kernel.
+  for (const long request : {TCGETS, FIONREAD, TIOCSTI + 1, TIOCLINUX + 1}) {
+    SCOPED_TRACE(request);
+    EXPECT_EQ(run_child([&] { return raw(__NR_ioctl, -1, request, 0); }), exited(EBADF));
+  }
+}
+
+TEST(SeccompTest, PersonalityAllowsOnlyLinuxAndQuery) {
+  for (const uint64_t allowed : {uint64_t{0}, uint64_t{0xffffffff}}) {
+    SCOPED_TRACE(allowed);
+    EXPECT_EQ(run_child([&] { return raw(__NR_personality, static_cast<long>(allowed)); }),
+              exited(kSucceeded));
+  }
+  for (const uint64_t denied :
+       {uint64_t{1}, uint64_t{0x0008} /* PER_LINUX32 */, uint64_t{0x0040000} /* NO_RANDOMIZE */,
+        uint64_t{0x0400000} /* READ_IMPLIES_EXEC */, uint64_t{0x7fffffff}, uint64_t{0x80000000},
+        uint64_t{0xfffffffe}, uint64_t{1} << 32, (uint64_t{1} << 32) | 0x0008,
+        uint64_t{0xffffffffffffffff}}) {
+    SCOPED_TRACE(denied);
+    EXPECT_EQ(run_child([&] { return raw(__NR_personality, static_cast<long>(denied)); }),
+              exited(EPERM));
+  }
+}
+
+TEST(SeccompTest, Int80NeverSurvives) {
+  const std::string expected = i386_abi_enabled() ? killed(SIGSYS) : killed(SIGSEGV);
+  EXPECT_EQ(run_child(int80_getpid), expected);
+}
+
+TEST(SeccompTest, Int80IsKilledBySigsys) {
+  if (!i386_abi_enabled()) {
+    GTEST_SKIP() << "this kernel runs without the i386 syscall ABI: int $0x80 faults (SIGSEGV) "
+                    "before seccomp sees it";
+  }
+  EXPECT_EQ(run_child(int80_getpid), killed(SIGSYS));
+}
+
+TEST(SeccompTest, X32SyscallIsKilledBySigsys) {
+  constexpr long kX32SyscallBit = 0x40000000;
+  EXPECT_EQ(run_child([] { return raw(kX32SyscallBit | __NR_getpid); }), killed(SIGSYS));
+}
+
+TEST(SeccompTest, OrdinarySyscallsStillWork) {
+  EXPECT_EQ(run_child([] {
+              const int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+              char buffer[64];
+              if (fd < 0 || read(fd, buffer, sizeof(buffer)) <= 0 || close(fd) < 0) return 1;
+              int fds[2];
+              if (pipe2(fds, O_CLOEXEC) < 0 || write(fds[1], "x", 1) != 1) return 2;
+              if (read(fds[0], buffer, 1) != 1 || buffer[0] != 'x') return 3;
+              int unused = 0;
+              if (ioctl(fds[0], FIONREAD, &unused) < 0) return 4;
+              void* page =
+                  mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+              if (page == MAP_FAILED || munmap(page, 4096) < 0) return 5;
+              const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+              if (sock < 0 || close(sock) < 0) return 6;
+              int pair[2];
+              if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0) return 7;
+              if (getpid() <= 0) return 8;
+              return 0;
+            }),
+            exited(0));
+}
+
+struct ProbeRun {
+  std::string status;
+  std::string output;
+};
+
+ProbeRun run_probe(const std::vector<std::string>& args) {
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) < 0) return {std::string("pipe: ") + std::strerror(errno), ""};
+  ProbeRun run;
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return {std::string("fork: ") + std::strerror(errno), ""};
+  if (pid == 0) {
+    const rlimit no_core{0, 0};
+    if (setsid() < 0 || setrlimit(RLIMIT_CORE, &no_core) < 0) _exit(kCheckFailed);
+    if (dup2(out[1], STDOUT_FILENO) < 0) _exit(kCheckFailed);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) _exit(kInstallFailed);
+    try {
+      install_seccomp_filter();
+    } catch (const std::exception&) {
+      _exit(kInstallFailed);
+    }
+    std::vector<char*> argv{const_cast<char*>(PANDO_SANDBOX_PROBE)};
+    for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    execv(PANDO_SANDBOX_PROBE, argv.data());
+    _exit(kCheckFailed);
+  }
+  close(out[1]);
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(out[0], buffer, sizeof(buffer))) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    run.output.append(buffer, static_cast<size_t>(n));
+  }
+  close(out[0]);
+  run.status = describe(wait_for(pid));
+  return run;
+}
+
+TEST(SeccompTest, ProbeUnderFilterReportsEveryRow) {
+  const ProbeRun run = run_probe({"denied-syscalls"});
+  ASSERT_EQ(run.status, exited(0)) << run.output;
+
+  std::map<std::string, std::string> results;  // check -> result
+  std::istringstream lines(run.output);
+  std::string check;
+  std::string result;
+  while (lines >> check >> result) results[check] = result;
+
+  std::set<std::string> explained;
+  for (const auto& entry : seccomp_policy()) {
+    if (entry.number < 0) continue;
+    SCOPED_TRACE(entry.syscall);
+    const std::string expected = "errno=" + entry.action.substr(0, entry.action.find(' '));
+    int lines_for_row = 0;
+    for (const auto& [name, value] : results) {
+      if (name != entry.syscall && name.rfind(entry.syscall + "-", 0) != 0) continue;
+      EXPECT_EQ(value, expected) << name;
+      explained.insert(name);
+      ++lines_for_row;
+    }
+    EXPECT_GT(lines_for_row, 0) << "the probe does not try " << entry.syscall;
+  }
+  for (const auto& [name, value] : results) {
+    if (name.rfind("allow-", 0) == 0) {
+      EXPECT_EQ(value, "ok") << name;
+      explained.insert(name);
+    }
+    EXPECT_TRUE(explained.count(name)) << "probe line for no policy row: " << name;
+  }
+  for (const char* check : {"clone-newuser", "unshare-newuser", "ioctl-tiocsti",
+                            "ioctl-tiocsti-high", "personality-linux32", "allow-thread"}) {
+    EXPECT_TRUE(results.count(check)) << check;
+  }
+}
+
+TEST(SeccompTest, ProbeDiesOnOtherAbis) {
+  const std::string int80 = i386_abi_enabled() ? killed(SIGSYS) : killed(SIGSEGV);
+  const ProbeRun i386 = run_probe({"int80"});
+  EXPECT_EQ(i386.status, int80) << i386.output;
+  EXPECT_EQ(i386.output, "");
+  const ProbeRun x32 = run_probe({"x32"});
+  EXPECT_EQ(x32.status, killed(SIGSYS)) << x32.output;
+  EXPECT_EQ(x32.output, "");
+}
+
+TEST(SeccompTest, ProbeStatusShowsTheFilter) {
+  const ProbeRun run = run_probe({"status"});
+  ASSERT_EQ(run.status, exited(0));
+  EXPECT_NE(run.output.find("NoNewPrivs:\t1\n"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("Seccomp:\t2\n"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("CapEff:\t"), std::string::npos) << run.output;
+}
+
+}  // namespace
+}  // namespace pando::sandbox
