@@ -1,0 +1,226 @@
+// Landlock on its own (no namespaces, no user switch): the ruleset built from
+// a plan whose project and HOME are temporary directories, on the real system
+// paths. The temporary tree lives under /var/tmp because /tmp is writable by
+// rule.
+
+#include "daemon/sandbox/landlock.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "daemon/sandbox/setup_error.h"
+#include "tests/unit/child_process.h"
+
+namespace {
+
+using pando::helper::sandbox::v1::SandboxPlan;
+using pando::sandbox::apply_landlock;
+using pando::sandbox::landlock_abi_version;
+using pando::testing::Child;
+using pando::testing::RunInChild;
+
+// Opens `path` for writing (creating it) and reports the errno, 0 on success.
+int write_errno(const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
+  const int rc = write(fd, "x", 1) == 1 ? 0 : errno;
+  close(fd);
+  return rc;
+}
+
+int read_errno(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  char c;
+  const int rc = read(fd, &c, 1) >= 0 ? 0 : errno;
+  close(fd);
+  return rc;
+}
+
+class LandlockTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    abi_ = landlock_abi_version();
+    ASSERT_GT(abi_, 0) << "this kernel has no Landlock";
+    char tmpl[] = "/var/tmp/pandotest-landlock-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr) << std::strerror(errno);
+    root_ = tmpl;
+    for (const char* dir : {"project", "home", "outside"}) {
+      ASSERT_EQ(mkdir((root_ + "/" + dir).c_str(), 0755), 0) << std::strerror(errno);
+    }
+    ASSERT_EQ(write_errno(root_ + "/project/existing"), 0);
+  }
+
+  void TearDown() override {
+    if (!root_.empty()) std::filesystem::remove_all(root_);
+  }
+
+  SandboxPlan plan(bool project_writable) const {
+    SandboxPlan plan;
+    plan.set_project_root(root_ + "/project");
+    plan.set_project_writable(project_writable);
+    plan.set_sandbox_home(root_ + "/home");
+    plan.set_require_landlock(true);
+    return plan;
+  }
+
+  // Sets no_new_privs (drop_to_role_user does it in the launcher) and
+  // applies the plan, in the calling child.
+  static int restrict(const Child& child, const SandboxPlan& plan, int expected_abi) {
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return child.FailErrno("no_new_privs");
+    const int used = apply_landlock(plan);
+    if (used != std::min(expected_abi, 7)) return child.Fail("ABI used " + std::to_string(used));
+    return 0;
+  }
+
+  int abi_ = 0;
+  std::string root_;
+};
+
+TEST_F(LandlockTest, WorkspaceWritesOnlyInsideItsTrees) {
+  const auto result = RunInChild([&](const Child& child) {
+    if (int rc = restrict(child, plan(true), abi_); rc != 0) return rc;
+    if (int e = write_errno(root_ + "/project/new"))
+      return child.Fail("project: " + std::to_string(e));
+    if (mkdir((root_ + "/project/sub").c_str(), 0755) != 0) return child.FailErrno("mkdir project");
+    if (int e = write_errno(root_ + "/home/new")) return child.Fail("home: " + std::to_string(e));
+    if (write_errno(root_ + "/outside/new") != EACCES) return child.Fail("outside not EACCES");
+    if (read_errno(root_ + "/outside") != EACCES) return child.Fail("outside readable");
+    if (write_errno("/etc/hostname") != EACCES) return child.Fail("/etc writable");
+    if (int e = read_errno("/etc/hostname"))
+      return child.Fail("/etc/hostname: " + std::to_string(e));
+    if (int e = write_errno("/dev/null")) return child.Fail("/dev/null: " + std::to_string(e));
+    if (mknod((root_ + "/project/fifo").c_str(), S_IFIFO | 0644, 0) != 0) {
+      return child.FailErrno("mkfifo in project");
+    }
+    return 0;
+  });
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+}
+
+TEST_F(LandlockTest, CoreProjectIsReadOnly) {
+  const auto result = RunInChild([&](const Child& child) {
+    if (int rc = restrict(child, plan(false), abi_); rc != 0) return rc;
+    if (write_errno(root_ + "/project/new") != EACCES) return child.Fail("project create allowed");
+    if (write_errno(root_ + "/project/existing") != EACCES)
+      return child.Fail("project write allowed");
+    if (unlink((root_ + "/project/existing").c_str()) == 0 || errno != EACCES) {
+      return child.Fail("project unlink not EACCES");
+    }
+    if (int e = read_errno(root_ + "/project/existing"))
+      return child.Fail("project read " + std::to_string(e));
+    if (int e = write_errno(root_ + "/home/new")) return child.Fail("home: " + std::to_string(e));
+    return 0;
+  });
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+}
+
+TEST_F(LandlockTest, RequiresNoNewPrivs) {
+  const auto result = RunInChild([&](const Child& child) {
+    try {
+      apply_landlock(plan(true));
+    } catch (const pando::sandbox::SetupError&) {
+      return 0;
+    }
+    return child.Fail("applied without no_new_privs");
+  });
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+}
+
+TEST_F(LandlockTest, DeniesTcpConnect) {
+  if (abi_ < 4) GTEST_SKIP() << "Landlock ABI " << abi_ << " has no network rights (needs 4)";
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+
+  const auto result = RunInChild([&](const Child& child) {
+    const int before = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (connect(before, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      return child.FailErrno("connect before Landlock");
+    }
+    if (int rc = restrict(child, plan(true), abi_); rc != 0) return rc;
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return child.FailErrno("socket");
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      return child.Fail("TCP connect allowed");
+    }
+    if (errno != EACCES) return child.FailErrno("connect: expected EACCES");
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    any.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int server = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (bind(server, reinterpret_cast<sockaddr*>(&any), sizeof(any)) == 0) {
+      return child.Fail("TCP bind allowed");
+    }
+    if (errno != EACCES) return child.FailErrno("bind: expected EACCES");
+    return 0;
+  });
+  close(listener);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+}
+
+TEST_F(LandlockTest, ScopesAbstractSocketsAndSignals) {
+  if (abi_ < 6) GTEST_SKIP() << "Landlock ABI " << abi_ << " has no scopes (needs 6)";
+  const std::string name = "pandotest-landlock-" + std::to_string(getpid());
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  const auto addr_len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  const int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), addr_len), 0)
+      << std::strerror(errno);
+  ASSERT_EQ(listen(listener, 1), 0);
+
+  const auto result = RunInChild([&](const Child& child) {
+    const int before = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (connect(before, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0) {
+      return child.FailErrno("abstract connect before Landlock");
+    }
+    if (kill(getppid(), 0) != 0) return child.FailErrno("signal before Landlock");
+    if (int rc = restrict(child, plan(true), abi_); rc != 0) return rc;
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), addr_len) == 0) {
+      return child.Fail("abstract unix connect allowed");
+    }
+    if (errno != EPERM) return child.FailErrno("abstract connect: expected EPERM");
+    if (kill(getppid(), 0) == 0) return child.Fail("signal outside the domain allowed");
+    if (errno != EPERM) return child.FailErrno("kill: expected EPERM");
+    return 0;
+  });
+  close(listener);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+}
+
+TEST(LandlockStatusTest, DescribesTheAbi) {
+  const int abi = landlock_abi_version();
+  const std::string detail = pando::sandbox::landlock_status_detail();
+  if (abi == 0) {
+    EXPECT_EQ(detail.rfind("unavailable", 0), 0u) << detail;
+    return;
+  }
+  EXPECT_EQ(detail.rfind("ABI " + std::to_string(abi) + ": fs", 0), 0u) << detail;
+  EXPECT_EQ(detail.find("net tcp") != std::string::npos, abi >= 4) << detail;
+  EXPECT_EQ(detail.find("scope") != std::string::npos, abi >= 6) << detail;
+}
+
+}  // namespace
