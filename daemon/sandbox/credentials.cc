@@ -102,17 +102,18 @@ void set_no_new_privs() {
 
 // Order matters:
 // - Groups first: setgroups/setresgid need CAP_SETGID, still held.
-// - Securebits next: changing them needs CAP_SETPCAP, which setresuid would be
-//   the last chance to keep. With NO_SETUID_FIXUP set, setresuid leaves the
-//   capability sets alone, so CAP_SETPCAP/CAP_SETUID stay usable until the
-//   explicit clear and no step depends on the kernel's implicit fixups.
-// - Bounding set and ambient set need CAP_SETPCAP; emptied before the uid
-//   switch so that a failure there leaves a process that is still root and
-//   simply aborts, never a half-dropped one that carries on.
-// - setresuid, then clear effective/permitted/inheritable (NO_SETUID_FIXUP
-//   kept them), then verify the process holds nothing.
+// - Securebits while CAP_SETPCAP is held, and before setresuid: without
+//   NO_SETUID_FIXUP the switch away from uid 0 would empty the permitted set,
+//   and nothing could set or lock securebits afterwards. With it, setresuid
+//   leaves every capability set as it is, so the sets are emptied explicitly
+//   below and nothing relies on the kernel's implicit uid-change fixups.
+// - Bounding and ambient sets (need CAP_SETPCAP) before the uid switch: a
+//   failure there aborts a process that is still plainly root rather than a
+//   half-switched one.
+// - setresuid, then clear effective/permitted/inheritable and verify that the
+//   process holds no capability at all.
 // - no_new_privs last: nothing after it needs privilege, and Landlock and
-//   seccomp (applied next by the launcher) require it.
+//   seccomp, applied next by the launcher, require it.
 void drop_to_role_user(const pando::helper::sandbox::v1::IdMapping& ids) {
   if (ids.role_uid() == 0 || ids.role_gid() == 0) fail("refusing to run a role as uid or gid 0");
   const auto uid = static_cast<uid_t>(ids.role_uid());

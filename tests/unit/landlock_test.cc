@@ -103,6 +103,9 @@ TEST_F(LandlockTest, WorkspaceWritesOnlyInsideItsTrees) {
     if (int e = read_errno("/etc/hostname"))
       return child.Fail("/etc/hostname: " + std::to_string(e));
     if (int e = write_errno("/dev/null")) return child.Fail("/dev/null: " + std::to_string(e));
+    const int truncating = open("/dev/null", O_WRONLY | O_TRUNC | O_CLOEXEC);
+    if (truncating < 0) return child.FailErrno("/dev/null with O_TRUNC");
+    close(truncating);
     if (mknod((root_ + "/project/fifo").c_str(), S_IFIFO | 0644, 0) != 0) {
       return child.FailErrno("mkfifo in project");
     }
