@@ -1,0 +1,792 @@
+#include "daemon/sandbox/mounts.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <linux/openat2.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/fsuid.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/sandbox/setup_error.h"
+
+namespace pando::sandbox {
+
+namespace {
+
+using pando::helper::sandbox::v1::IdMapping;
+using pando::helper::sandbox::v1::SandboxPlan;
+using pando::helper::v1::ERROR_IDMAP_UNSUPPORTED;
+using pando::helper::v1::ERROR_LAUNCH_FAILED;
+
+constexpr char kHostName[] = "pando-sandbox";
+// Scratch entries of the new root's tmpfs that mask files and directories.
+// They are removed before pivot_root; the masks keep the inodes alive.
+constexpr char kMaskFile[] = ".pando-mask-file";
+constexpr char kMaskDir[] = ".pando-mask-dir";
+// Bounds of the hidden-file scan (breadth first, so shallow files are found
+// first when a huge tree exhausts the budget).
+constexpr int kHiddenScanMaxDepth = 8;
+constexpr long kHiddenScanMaxEntries = 100000;
+constexpr off_t kMaxCopiedFileSize = 16 << 20;
+
+[[noreturn]] void fail(const std::string& message) {
+  throw SetupError(ERROR_LAUNCH_FAILED, message);
+}
+
+// --- paths ----------------------------------------------------------------
+
+std::vector<std::string> split_absolute(const std::string& path, const std::string& what) {
+  if (path.empty() || path[0] != '/') fail(what + " is not an absolute path: " + path);
+  std::vector<std::string> parts;
+  if (path == "/") return parts;
+  std::size_t pos = 1;
+  while (pos <= path.size()) {
+    std::size_t next = path.find('/', pos);
+    if (next == std::string::npos) next = path.size();
+    std::string part = path.substr(pos, next - pos);
+    if (part.empty() || part == "." || part == ".." || part.find('\0') != std::string::npos) {
+      fail(what + " is not a normalized path: " + path);
+    }
+    parts.push_back(std::move(part));
+    pos = next + 1;
+  }
+  return parts;
+}
+
+// Runs fs operations with the fs credentials of `uid`/`gid` (no DAC override
+// unless 0), restoring root's on scope exit. The launcher is single-threaded.
+class FsCredentials {
+ public:
+  FsCredentials(uid_t uid, gid_t gid) {
+    setfsgid(gid);
+    setfsuid(uid);
+    if (static_cast<uid_t>(setfsuid(static_cast<uid_t>(-1))) != uid ||
+        static_cast<gid_t>(setfsgid(static_cast<gid_t>(-1))) != gid) {
+      restore();
+      fail("setfsuid/setfsgid to " + std::to_string(uid) + " failed");
+    }
+  }
+  ~FsCredentials() { restore(); }
+  FsCredentials(const FsCredentials&) = delete;
+  FsCredentials& operator=(const FsCredentials&) = delete;
+
+ private:
+  static void restore() {
+    setfsuid(0);
+    setfsgid(0);
+  }
+};
+
+// Opens the directory `parts` below `root_fd`, one component at a time and
+// never following a symlink (ENOTDIR/ELOOP on one). Mounts are crossed. With
+// `create`, a missing directory is made with the fs credentials of its
+// parent's owner as seen through its mount, so on an idmapped caller mount it
+// lands owned by the caller and root's DAC override is never lent.
+UniqueFd open_dir_beneath(int root_fd, const std::vector<std::string>& parts, bool create,
+                          const std::string& what) {
+  UniqueFd dir(fcntl(root_fd, F_DUPFD_CLOEXEC, 0));
+  if (!dir.valid()) throw_errno("dup for " + what);
+  for (const std::string& part : parts) {
+    int next = openat(dir.get(), part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0 && errno == ENOENT && create) {
+      struct stat parent {};
+      if (fstat(dir.get(), &parent) != 0) throw_errno("fstat parent of " + what);
+      {
+        FsCredentials creds(parent.st_uid, parent.st_gid);
+        if (mkdirat(dir.get(), part.c_str(), parent.st_uid == 0 ? 0755 : 0700) != 0 &&
+            errno != EEXIST) {
+          throw_errno("mkdir " + part + " for " + what);
+        }
+      }
+      next = openat(dir.get(), part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (next < 0) {
+      if (errno == ENOTDIR || errno == ELOOP) {
+        fail(what + ": component " + part + " is not a directory (symlinks are not followed)");
+      }
+      throw_errno("open " + part + " for " + what);
+    }
+    dir.reset(next);
+  }
+  return dir;
+}
+
+// --- mount primitives -----------------------------------------------------
+
+struct Option {
+  const char* key;
+  const char* value;  // nullptr: a flag
+};
+
+UniqueFd new_filesystem(const char* type, const std::vector<Option>& options, unsigned attrs) {
+  UniqueFd context(fsopen(type, FSOPEN_CLOEXEC));
+  if (!context.valid()) throw_errno(std::string("fsopen ") + type);
+  for (const Option& option : options) {
+    const unsigned cmd = option.value == nullptr ? FSCONFIG_SET_FLAG : FSCONFIG_SET_STRING;
+    if (fsconfig(context.get(), cmd, option.key, option.value, 0) != 0) {
+      throw_errno(std::string("fsconfig ") + type + " " + option.key);
+    }
+  }
+  if (fsconfig(context.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
+    throw_errno(std::string("create ") + type);
+  }
+  UniqueFd mount_fd(fsmount(context.get(), FSMOUNT_CLOEXEC, attrs));
+  if (!mount_fd.valid()) throw_errno(std::string("fsmount ") + type);
+  return mount_fd;
+}
+
+void set_mount_attrs(int mount_fd, std::uint64_t attrs, bool recursive, const std::string& what) {
+  mount_attr attr{};
+  attr.attr_set = attrs;
+  const unsigned flags = AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0);
+  if (mount_setattr(mount_fd, "", flags, &attr, sizeof(attr)) != 0) {
+    throw_errno("mount_setattr " + what);
+  }
+}
+
+// Checks the flags the kernel reports for the mount `fd` lives on.
+void verify_mount_flags(int fd, unsigned long want, const std::string& what) {
+  struct statvfs st {};
+  if (fstatvfs(fd, &st) != 0) throw_errno("fstatvfs " + what);
+  if ((st.f_flag & want) != want) {
+    fail(what + ": mount flags did not take (have 0x" + std::to_string(st.f_flag) + ")");
+  }
+}
+
+void attach(int mount_fd, int target_fd, const std::string& what) {
+  if (move_mount(mount_fd, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) !=
+      0) {
+    throw_errno("move_mount " + what);
+  }
+}
+
+// Root-owned host locations (system dirs, configured runtime paths) only.
+UniqueFd clone_host_tree(int dir_fd, const char* path, bool recursive, const std::string& what) {
+  const unsigned flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0);
+  UniqueFd tree(open_tree(dir_fd, path, flags));
+  if (!tree.valid()) {
+    if (errno == ENOENT) fail(what + " does not exist on the host");
+    throw_errno("open_tree " + what);
+  }
+  return tree;
+}
+
+constexpr std::uint64_t kReadOnlyAttrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+constexpr unsigned long kReadOnlyFlags = ST_RDONLY | ST_NOSUID | ST_NODEV;
+
+// Binds a root-owned host path read-only, nosuid, nodev (with its submounts)
+// onto the directory `target_fd`, and verifies the flags.
+void bind_host_read_only(const std::string& host_path, int target_fd) {
+  UniqueFd tree = clone_host_tree(AT_FDCWD, host_path.c_str(), true, host_path);
+  set_mount_attrs(tree.get(), kReadOnlyAttrs, true, host_path);
+  attach(tree.get(), target_fd, host_path);
+  verify_mount_flags(tree.get(), kReadOnlyFlags, host_path);
+}
+
+// --- filesystem names -----------------------------------------------------
+
+std::string filesystem_name(int fd) {
+  struct statfs st {};
+  if (fstatfs(fd, &st) != 0) return "(unknown)";
+  static constexpr std::pair<unsigned long, const char*> kNames[] = {
+      {0xEF53, "ext2/ext3/ext4"}, {0x9123683E, "btrfs"},   {0x58465342, "xfs"},
+      {0x01021994, "tmpfs"},      {0x858458F6, "ramfs"},   {0x6969, "nfs"},
+      {0xFF534D42, "cifs"},       {0xFE534D42, "smb2"},    {0x65735546, "fuse"},
+      {0x794C7630, "overlayfs"},  {0x4D44, "vfat/msdos"},  {0x2011BAB0, "exfat"},
+      {0x5346544E, "ntfs"},       {0x7366746E, "ntfs3"},   {0xF2F52010, "f2fs"},
+      {0xF15F, "ecryptfs"},       {0x01021997, "9p"},      {0x00C36400, "ceph"},
+      {0x2FC12FC1, "zfs"},        {0xE0F5E1E2, "erofs"},   {0x73717368, "squashfs"},
+      {0x9660, "iso9660"},        {0x137F, "minix"},       {0x138F, "minix"},
+      {0x2468, "minix2"},         {0x2478, "minix2"},      {0x4D5A, "minix3"},
+      {0x9FA0, "proc"},           {0x62656572, "sysfs"},   {0x958458F6, "hugetlbfs"},
+      {0x1CD1, "devpts"},         {0x63677270, "cgroup2"}, {0x0027E0EB, "cgroup"},
+      {0x61756673, "aufs"},
+  };
+  const auto type = static_cast<unsigned long>(st.f_type) & 0xFFFFFFFFUL;
+  for (const auto& [magic, name] : kNames) {
+    if (magic == type) return name;
+  }
+  char hex[32];
+  std::snprintf(hex, sizeof(hex), "0x%lx", type);
+  return hex;
+}
+
+// --- idmapping ------------------------------------------------------------
+
+// Kills and reaps the user-namespace holder child on every path.
+class HolderChild {
+ public:
+  HolderChild(pid_t pid, int pipe_write) : pid_(pid), pipe_write_(pipe_write) {}
+  ~HolderChild() {
+    pipe_write_.reset();
+    kill(pid_, SIGKILL);
+    int status = 0;
+    while (waitpid(pid_, &status, __WALL) < 0 && errno == EINTR) {
+    }
+  }
+  HolderChild(const HolderChild&) = delete;
+  HolderChild& operator=(const HolderChild&) = delete;
+
+ private:
+  pid_t pid_;
+  UniqueFd pipe_write_;
+};
+
+void write_proc_file(int proc_fd, const std::string& path, const std::string& content) {
+  UniqueFd file(openat(proc_fd, path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!file.valid()) throw_errno("open " + path);
+  if (write(file.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+    throw_errno("write " + path);
+  }
+}
+
+// A user namespace whose only mapping is caller -> role (uid and gid), for
+// MOUNT_ATTR_IDMAP: on such a mount the caller's files appear owned by the
+// role and the role's new files land owned by the caller. `proc_fd` must be a
+// procfs of the calling process's pid namespace. A tiny child holds the
+// namespace while the maps are written; it only closes, reads and _exits
+// (async-signal-safe), and it is killed and reaped before returning.
+UniqueFd make_idmap_userns(int proc_fd, uid_t caller_uid, gid_t caller_gid, uid_t role_uid,
+                           gid_t role_gid) {
+  if (caller_uid == 0 || caller_gid == 0 || role_uid == 0 || role_gid == 0) {
+    fail("refusing to idmap uid/gid 0 (caller " + std::to_string(caller_uid) + ":" +
+         std::to_string(caller_gid) + ", role " + std::to_string(role_uid) + ":" +
+         std::to_string(role_gid) + ")");
+  }
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw_errno("pipe2");
+  UniqueFd pipe_read(pipe_fds[0]);
+  UniqueFd pipe_write(pipe_fds[1]);
+  // Exit signal 0: no SIGCHLD for the daemon's handlers, reaped with __WALL.
+  const long pid = syscall(SYS_clone, CLONE_NEWUSER, nullptr, nullptr, nullptr, nullptr);
+  if (pid < 0) throw_errno("clone(CLONE_NEWUSER)");
+  if (pid == 0) {
+    close(pipe_fds[1]);
+    char byte;
+    while (read(pipe_fds[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    _exit(0);
+  }
+  HolderChild holder(static_cast<pid_t>(pid), pipe_write.release());
+  const std::string dir = std::to_string(pid) + "/";
+  write_proc_file(proc_fd, dir + "uid_map",
+                  std::to_string(caller_uid) + " " + std::to_string(role_uid) + " 1\n");
+  write_proc_file(proc_fd, dir + "gid_map",
+                  std::to_string(caller_gid) + " " + std::to_string(role_gid) + " 1\n");
+  UniqueFd userns(openat(proc_fd, (dir + "ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!userns.valid()) throw_errno("open ns/user of the idmap holder");
+  return userns;
+}
+
+bool is_idmap_unsupported_errno(int err) {
+  return err == EINVAL || err == EPERM || err == ENOSYS || err == EOPNOTSUPP;
+}
+
+// Idmaps the detached tree `tree_fd` (whose filesystem is named after
+// `fs_fd`). Never falls back to a plain bind.
+void apply_idmap(int tree_fd, int userns_fd, int fs_fd, const std::string& what) {
+  mount_attr attr{};
+  attr.attr_set = MOUNT_ATTR_IDMAP;
+  attr.userns_fd = static_cast<std::uint64_t>(userns_fd);
+  if (mount_setattr(tree_fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) != 0) {
+    const int err = errno;
+    if (is_idmap_unsupported_errno(err)) {
+      throw SetupError(ERROR_IDMAP_UNSUPPORTED, what + ": filesystem " + filesystem_name(fs_fd) +
+                                                    " does not support idmapped mounts");
+    }
+    errno = err;
+    throw_errno("idmap " + what);
+  }
+}
+
+// Mounts the detached tree `tree_fd` (fd 4, 5 or 6) idmapped onto `target_fd`.
+void attach_idmapped(int tree_fd, int userns_fd, bool writable, int target_fd,
+                     const std::string& what) {
+  std::uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  if (!writable) attrs |= MOUNT_ATTR_RDONLY;
+  mount_attr attr{};
+  attr.attr_set = attrs;
+  if (mount_setattr(tree_fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) != 0) {
+    throw_errno(what + " (fd " + std::to_string(tree_fd) +
+                " must be a detached tree from clone_detached_tree)");
+  }
+  apply_idmap(tree_fd, userns_fd, tree_fd, what);
+  attach(tree_fd, target_fd, what);
+  verify_mount_flags(tree_fd, writable ? ST_NOSUID | ST_NODEV : kReadOnlyFlags, what);
+}
+
+// --- files ----------------------------------------------------------------
+
+void write_file(int dir_fd, const char* name, const std::string& content, mode_t mode) {
+  UniqueFd file(openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+  if (!file.valid()) throw_errno(std::string("create /etc/") + name);
+  std::size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = write(file.get(), content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw_errno(std::string("write /etc/") + name);
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+// Reads a root-owned host file (following a root-owned symlink, as for
+// /etc/localtime). Returns false when it does not exist.
+bool read_host_file(int dir_fd, const char* path, std::string* content) {
+  UniqueFd file(openat(dir_fd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  if (!file.valid()) {
+    if (errno == ENOENT) return false;
+    throw_errno(std::string("open host ") + path);
+  }
+  struct stat st {};
+  if (fstat(file.get(), &st) != 0) throw_errno(std::string("fstat host ") + path);
+  if (!S_ISREG(st.st_mode) || st.st_size > kMaxCopiedFileSize) {
+    fail(std::string("host ") + path + " is not a regular file of sane size");
+  }
+  content->clear();
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = read(file.get(), buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno(std::string("read host ") + path);
+    if (n == 0) break;
+    content->append(buffer, static_cast<std::size_t>(n));
+    if (content->size() > static_cast<std::size_t>(kMaxCopiedFileSize)) {
+      fail(std::string("host ") + path + " grew while copying");
+    }
+  }
+  return true;
+}
+
+void copy_host_file(const char* host_path, int dir_fd, const char* name) {
+  std::string content;
+  if (read_host_file(AT_FDCWD, host_path, &content)) write_file(dir_fd, name, content, 0644);
+}
+
+void check_passwd_field(const std::string& value, const std::string& what) {
+  if (value.empty() || value.find_first_of(":\n,") != std::string::npos ||
+      value.find('\0') != std::string::npos) {
+    fail(what + " is not usable in /etc/passwd: '" + value + "'");
+  }
+}
+
+// --- the pieces of the view -----------------------------------------------
+
+void populate_etc(const SandboxPlan& plan, int root_fd) {
+  const IdMapping& ids = plan.ids();
+  check_passwd_field(plan.role_user_name(), "role user name");
+  check_passwd_field(plan.role_group_name(), "role group name");
+  check_passwd_field(plan.sandbox_home(), "sandbox home");
+
+  UniqueFd etc_mount =
+      new_filesystem("tmpfs", {{"mode", "0755"}, {"size", "8m"}, {"nr_inodes", "1024"}},
+                     MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+  UniqueFd etc_target = open_dir_beneath(root_fd, {"etc"}, true, "/etc");
+  attach(etc_mount.get(), etc_target.get(), "/etc");
+  const int etc = etc_mount.get();
+
+  copy_host_file("/etc/ld.so.cache", etc, "ld.so.cache");
+  copy_host_file("/etc/ld.so.conf", etc, "ld.so.conf");
+  {
+    UniqueFd host_dir(open("/etc/ld.so.conf.d", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (host_dir.valid()) {
+      if (mkdirat(etc, "ld.so.conf.d", 0755) != 0) throw_errno("mkdir /etc/ld.so.conf.d");
+      UniqueFd out(openat(etc, "ld.so.conf.d", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!out.valid()) throw_errno("open /etc/ld.so.conf.d");
+      DIR* listing = fdopendir(host_dir.release());
+      if (listing == nullptr) throw_errno("fdopendir /etc/ld.so.conf.d");
+      while (dirent* entry = readdir(listing)) {
+        if (entry->d_type != DT_REG) continue;
+        std::string content;
+        if (read_host_file(dirfd(listing), entry->d_name, &content)) {
+          write_file(out.get(), entry->d_name, content, 0644);
+        }
+      }
+      closedir(listing);
+    } else if (errno != ENOENT) {
+      throw_errno("open host /etc/ld.so.conf.d");
+    }
+  }
+  write_file(etc, "nsswitch.conf",
+             "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
+             "protocols: files\nservices: files\nethers: files\nrpc: files\nnetgroup: files\n",
+             0644);
+  write_file(
+      etc, "hosts",
+      std::string("127.0.0.1 localhost ") + kHostName + "\n::1 localhost " + kHostName + "\n",
+      0644);
+  write_file(etc, "hostname", std::string(kHostName) + "\n", 0644);
+  copy_host_file("/etc/localtime", etc, "localtime");
+  write_file(etc, "passwd",
+             "root:x:0:0:root:/root:/bin/sh\n" + plan.role_user_name() +
+                 ":x:" + std::to_string(ids.role_uid()) + ":" + std::to_string(ids.role_gid()) +
+                 ":pando role:" + plan.sandbox_home() +
+                 ":/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+             0644);
+  write_file(etc, "group",
+             "root:x:0:\n" + plan.role_group_name() + ":x:" + std::to_string(ids.role_gid()) +
+                 ":\nnogroup:x:65534:\n",
+             0644);
+
+  struct stat st {};
+  if (stat("/etc/ssl/certs", &st) == 0 && S_ISDIR(st.st_mode)) {
+    UniqueFd certs = open_dir_beneath(etc, {"ssl", "certs"}, true, "/etc/ssl/certs");
+    bind_host_read_only("/etc/ssl/certs", certs.get());
+    UniqueFd ssl = open_dir_beneath(etc, {"ssl"}, false, "/etc/ssl");
+    copy_host_file("/etc/ssl/openssl.cnf", ssl.get(), "openssl.cnf");
+  }
+  if (stat("/etc/alternatives", &st) == 0 && S_ISDIR(st.st_mode)) {
+    UniqueFd alternatives = open_dir_beneath(etc, {"alternatives"}, true, "/etc/alternatives");
+    bind_host_read_only("/etc/alternatives", alternatives.get());
+  }
+  set_mount_attrs(etc, MOUNT_ATTR_RDONLY, false, "/etc read-only");
+  verify_mount_flags(etc, kReadOnlyFlags, "/etc");
+}
+
+void populate_dev(int root_fd) {
+  UniqueFd dev_mount =
+      new_filesystem("tmpfs", {{"mode", "0755"}, {"size", "64k"}, {"nr_inodes", "64"}},
+                     MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
+  UniqueFd target = open_dir_beneath(root_fd, {"dev"}, true, "/dev");
+  attach(dev_mount.get(), target.get(), "/dev");
+  const int dev = dev_mount.get();
+  // mknod rather than binding the host nodes: the set is fixed and does not
+  // depend on what the host's /dev holds.
+  static constexpr struct {
+    const char* name;
+    unsigned major;
+    unsigned minor;
+  } kDevices[] = {{"null", 1, 3},   {"zero", 1, 5},    {"full", 1, 7},
+                  {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}};
+  for (const auto& device : kDevices) {
+    if (mknodat(dev, device.name, S_IFCHR | 0666, makedev(device.major, device.minor)) != 0) {
+      throw_errno(std::string("mknod /dev/") + device.name);
+    }
+  }
+  static constexpr std::pair<const char*, const char*> kLinks[] = {
+      {"/proc/self/fd", "fd"},       {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"},
+      {"/proc/self/fd/2", "stderr"}, {"pts/ptmx", "ptmx"},
+  };
+  for (const auto& [to, name] : kLinks) {
+    if (symlinkat(to, dev, name) != 0) throw_errno(std::string("symlink /dev/") + name);
+  }
+  for (const char* dir : {"pts", "shm"}) {
+    if (mkdirat(dev, dir, 0755) != 0) throw_errno(std::string("mkdir /dev/") + dir);
+  }
+  UniqueFd pts =
+      new_filesystem("devpts", {{"newinstance", nullptr}, {"ptmxmode", "0666"}, {"mode", "0620"}},
+                     MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
+  UniqueFd pts_target = open_dir_beneath(dev, {"pts"}, false, "/dev/pts");
+  attach(pts.get(), pts_target.get(), "/dev/pts");
+  UniqueFd shm = new_filesystem("tmpfs", {{"mode", "1777"}, {"size", "25%"}},
+                                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+  UniqueFd shm_target = open_dir_beneath(dev, {"shm"}, false, "/dev/shm");
+  attach(shm.get(), shm_target.get(), "/dev/shm");
+  set_mount_attrs(dev, MOUNT_ATTR_RDONLY, false, "/dev read-only");
+  verify_mount_flags(dev, ST_RDONLY | ST_NOSUID | ST_NOEXEC, "/dev");
+}
+
+// Mounts a read-only clone of the root's mask file or directory over the
+// entry `target_fd` (an O_PATH fd, so a swapped path cannot redirect it).
+void mask_with(int root_fd, const char* mask, int target_fd, const std::string& what) {
+  UniqueFd clone(open_tree(root_fd, mask, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (!clone.valid()) throw_errno("open_tree mask for " + what);
+  set_mount_attrs(clone.get(), kReadOnlyAttrs | MOUNT_ATTR_NOEXEC, false, "mask " + what);
+  attach(clone.get(), target_fd, "mask " + what);
+}
+
+void populate_proc(int root_fd, int proc_fd) {
+  UniqueFd target = open_dir_beneath(root_fd, {"proc"}, true, "/proc");
+  attach(proc_fd, target.get(), "/proc");
+  for (const char* name : {"sys", "sysrq-trigger", "irq", "bus", "fs"}) {
+    UniqueFd entry(openat(proc_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!entry.valid()) {
+      if (errno == ENOENT) continue;
+      throw_errno(std::string("open /proc/") + name);
+    }
+    UniqueFd clone(open_tree(
+        proc_fd, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW));
+    if (!clone.valid()) throw_errno(std::string("open_tree /proc/") + name);
+    set_mount_attrs(clone.get(), kReadOnlyAttrs | MOUNT_ATTR_NOEXEC, true,
+                    std::string("/proc/") + name);
+    attach(clone.get(), entry.get(), std::string("/proc/") + name);
+  }
+  for (const char* name : {"kcore", "keys", "key-users", "timer_list", "sched_debug", "kallsyms",
+                           "latency_stats", "acpi", "scsi"}) {
+    UniqueFd entry(openat(proc_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!entry.valid()) {
+      if (errno == ENOENT) continue;
+      throw_errno(std::string("open /proc/") + name);
+    }
+    struct stat st {};
+    if (fstat(entry.get(), &st) != 0) throw_errno(std::string("fstat /proc/") + name);
+    mask_with(root_fd, S_ISDIR(st.st_mode) ? kMaskDir : kMaskFile, entry.get(),
+              std::string("/proc/") + name);
+  }
+}
+
+// System directories: /usr bound read-only; /bin, /sbin, /lib* recreated as
+// the symlinks they are on merged-/usr hosts, bound otherwise.
+void populate_system(int root_fd) {
+  UniqueFd usr = open_dir_beneath(root_fd, {"usr"}, true, "/usr");
+  bind_host_read_only("/usr", usr.get());
+  for (const char* name : {"bin", "sbin", "lib", "lib32", "lib64", "libx32"}) {
+    const std::string host = std::string("/") + name;
+    struct stat st {};
+    if (lstat(host.c_str(), &st) != 0) {
+      if (errno == ENOENT) continue;
+      throw_errno("lstat " + host);
+    }
+    if (S_ISLNK(st.st_mode)) {
+      char link[4096];
+      const ssize_t n = readlink(host.c_str(), link, sizeof(link) - 1);
+      if (n < 0) throw_errno("readlink " + host);
+      link[n] = '\0';
+      if (symlinkat(link, root_fd, name) != 0) throw_errno("symlink " + host);
+    } else if (S_ISDIR(st.st_mode)) {
+      UniqueFd target = open_dir_beneath(root_fd, {name}, true, host);
+      bind_host_read_only(host, target.get());
+    }
+  }
+}
+
+void populate_runtime_paths(const SandboxPlan& plan, int root_fd) {
+  for (const std::string& path : plan.runtime_paths()) {
+    std::vector<std::string> parts = split_absolute(path, "runtime path");
+    if (parts.empty()) fail("runtime path / is not allowed");
+    UniqueFd tree = clone_host_tree(AT_FDCWD, path.c_str(), true, "runtime path " + path);
+    struct stat st {};
+    if (fstat(tree.get(), &st) != 0) throw_errno("fstat runtime path " + path);
+    UniqueFd target;
+    if (S_ISDIR(st.st_mode)) {
+      target = open_dir_beneath(root_fd, parts, true, "runtime path " + path);
+    } else {
+      const std::string name = parts.back();
+      parts.pop_back();
+      UniqueFd parent = open_dir_beneath(root_fd, parts, true, "runtime path " + path);
+      UniqueFd file(
+          openat(parent.get(), name.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0444));
+      if (!file.valid()) throw_errno("create mount point for runtime path " + path);
+      target.reset(openat(parent.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      if (!target.valid()) throw_errno("open mount point for runtime path " + path);
+    }
+    set_mount_attrs(tree.get(), kReadOnlyAttrs, true, "runtime path " + path);
+    attach(tree.get(), target.get(), "runtime path " + path);
+    verify_mount_flags(tree.get(), kReadOnlyFlags, "runtime path " + path);
+  }
+}
+
+bool is_hidden_name(const char* name, const std::vector<std::string>& patterns) {
+  for (const std::string& pattern : patterns) {
+    if (fnmatch(pattern.c_str(), name, 0) == 0) return true;
+  }
+  return false;
+}
+
+// Masks regular files whose names match the hidden patterns, scanning the
+// project as mounted in the new view (so the sandbox dir is included) with the
+// role's fs credentials, breadth first, never following a symlink, skipping
+// .git and node_modules, at most kHiddenScanMaxDepth levels and
+// kHiddenScanMaxEntries entries. Files created later are not hidden.
+void hide_files(const SandboxPlan& plan, int root_fd, int project_fd) {
+  std::vector<std::string> patterns(plan.hidden_files().begin(), plan.hidden_files().end());
+  if (patterns.empty()) patterns = {".env", ".env.*"};
+  FsCredentials creds(plan.ids().role_uid(), plan.ids().role_gid());
+  std::deque<std::pair<std::string, int>> queue{{".", 1}};
+  long entries = 0;
+  while (!queue.empty() && entries < kHiddenScanMaxEntries) {
+    auto [relative, depth] = std::move(queue.front());
+    queue.pop_front();
+    open_how how{};
+    how.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    const long fd = syscall(SYS_openat2, project_fd, relative.c_str(), &how, sizeof(how));
+    if (fd < 0) continue;  // unreadable by the role, or changed under us: nothing to mask
+    DIR* listing = fdopendir(static_cast<int>(fd));
+    if (listing == nullptr) {
+      close(static_cast<int>(fd));
+      throw_errno("fdopendir in hidden-file scan");
+    }
+    while (dirent* entry = readdir(listing)) {
+      const char* name = entry->d_name;
+      if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
+      if (++entries > kHiddenScanMaxEntries) break;
+      unsigned char type = entry->d_type;
+      if (type == DT_UNKNOWN) {
+        struct stat st {};
+        if (fstatat(dirfd(listing), name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+      }
+      if (type == DT_DIR) {
+        if (depth < kHiddenScanMaxDepth && std::strcmp(name, ".git") != 0 &&
+            std::strcmp(name, "node_modules") != 0) {
+          queue.emplace_back(relative + "/" + name, depth + 1);
+        }
+        continue;
+      }
+      if (type != DT_REG || !is_hidden_name(name, patterns)) continue;
+      UniqueFd target(openat(dirfd(listing), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      if (!target.valid()) continue;
+      struct stat st {};
+      if (fstat(target.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      try {
+        mask_with(root_fd, kMaskFile, target.get(), "hidden file " + relative + "/" + name);
+      } catch (...) {
+        closedir(listing);
+        throw;
+      }
+    }
+    closedir(listing);
+  }
+}
+
+void pivot_into(int root_fd) {
+  if (unlinkat(root_fd, kMaskFile, 0) != 0) throw_errno("remove mask file");
+  if (unlinkat(root_fd, kMaskDir, AT_REMOVEDIR) != 0) throw_errno("remove mask dir");
+  if (fchdir(root_fd) != 0) throw_errno("fchdir new root");
+  // The old root ends up stacked on "."; detaching it leaves nothing of the
+  // host reachable but what was bound into the new root.
+  if (syscall(SYS_pivot_root, ".", ".") != 0) throw_errno("pivot_root");
+  if (umount2(".", MNT_DETACH) != 0) throw_errno("detach old root");
+  if (chdir("/") != 0) throw_errno("chdir /");
+  set_mount_attrs(root_fd, MOUNT_ATTR_RDONLY, false, "/ read-only");
+  struct statvfs st {};
+  if (statvfs("/", &st) != 0) throw_errno("statvfs /");
+  if ((st.f_flag & (ST_RDONLY | ST_NOSUID | ST_NODEV)) != (ST_RDONLY | ST_NOSUID | ST_NODEV)) {
+    fail("new root is not read-only");
+  }
+}
+
+class UmaskGuard {
+ public:
+  UmaskGuard() : saved_(umask(0)) {}
+  ~UmaskGuard() { umask(saved_); }
+  UmaskGuard(const UmaskGuard&) = delete;
+  UmaskGuard& operator=(const UmaskGuard&) = delete;
+
+ private:
+  mode_t saved_;
+};
+
+}  // namespace
+
+UniqueFd clone_detached_tree(int dir_fd) {
+  UniqueFd tree(open_tree(dir_fd, "", AT_EMPTY_PATH | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (!tree.valid()) throw_errno("open_tree(OPEN_TREE_CLONE)");
+  return tree;
+}
+
+IdmapCheck check_idmap_support(int dir_fd, uid_t caller_uid, gid_t caller_gid, uid_t role_uid,
+                               gid_t role_gid) {
+  UniqueFd proc(open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!proc.valid()) throw_errno("open /proc");
+  UniqueFd userns = make_idmap_userns(proc.get(), caller_uid, caller_gid, role_uid, role_gid);
+  UniqueFd tree = clone_detached_tree(dir_fd);
+  try {
+    apply_idmap(tree.get(), userns.get(), dir_fd, "project");
+  } catch (const SetupError& error) {
+    if (error.code() != ERROR_IDMAP_UNSUPPORTED) throw;
+    return {false, error.what()};
+  }
+  return {true, filesystem_name(dir_fd)};
+}
+
+void build_filesystem_view(const SandboxPlan& plan) {
+  UmaskGuard umask_guard;
+  const IdMapping& ids = plan.ids();
+  const std::vector<std::string> project_parts =
+      split_absolute(plan.project_root(), "project root");
+  if (project_parts.empty()) fail("the project root cannot be /");
+  const std::string& home = plan.sandbox_home();
+  if (home.size() <= plan.project_root().size() + 1 ||
+      home.compare(0, plan.project_root().size() + 1, plan.project_root() + "/") != 0) {
+    fail("sandbox home " + home + " is not below the project root");
+  }
+  const std::vector<std::string> home_parts =
+      split_absolute(home.substr(plan.project_root().size()), "sandbox home");
+
+  // Nothing done below may propagate back to the host.
+  if (mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) throw_errno("make / private");
+
+  // This pid namespace's procfs, detached until it moves into the new root;
+  // it also serves the idmap holder's /proc/<pid> files.
+  UniqueFd proc = new_filesystem("proc", {{"hidepid", "invisible"}},
+                                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+
+  // The new root is attached on /tmp of this (private) mount namespace: an
+  // existing root-owned directory, so nothing is created on the host; the
+  // whole old tree is detached by pivot_root below.
+  UniqueFd root = new_filesystem("tmpfs", {{"mode", "0755"}, {"size", "1m"}, {"nr_inodes", "4096"}},
+                                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+  {
+    UniqueFd anchor(open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!anchor.valid()) throw_errno("open /tmp");
+    attach(root.get(), anchor.get(), "new root");
+  }
+  {
+    UniqueFd mask(openat(root.get(), kMaskFile, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
+    if (!mask.valid()) throw_errno("create mask file");
+    if (mkdirat(root.get(), kMaskDir, 0555) != 0) throw_errno("create mask dir");
+  }
+
+  populate_system(root.get());
+  populate_etc(plan, root.get());
+  populate_dev(root.get());
+  populate_proc(root.get(), proc.get());
+  {
+    UniqueFd tmp = new_filesystem("tmpfs", {{"mode", "1777"}, {"size", "25%"}},
+                                  MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    UniqueFd target = open_dir_beneath(root.get(), {"tmp"}, true, "/tmp");
+    attach(tmp.get(), target.get(), "/tmp");
+  }
+  populate_runtime_paths(plan, root.get());
+
+  UniqueFd userns = make_idmap_userns(proc.get(), ids.caller_uid(), ids.caller_gid(),
+                                      ids.role_uid(), ids.role_gid());
+  {
+    UniqueFd target = open_dir_beneath(root.get(), project_parts, true, "project root");
+    attach_idmapped(kProjectFd, userns.get(), plan.project_writable(), target.get(),
+                    plan.project_root());
+  }
+  {
+    // Resolved inside the project mount, which the caller controls: one
+    // component at a time, no symlinks, and it must be fd 5's directory.
+    UniqueFd target = open_dir_beneath(kProjectFd, home_parts, false, "sandbox home " + home);
+    struct stat want {};
+    struct stat have {};
+    if (fstat(kSandboxDirFd, &want) != 0) throw_errno("fstat sandbox dir fd");
+    if (fstat(target.get(), &have) != 0) throw_errno("fstat sandbox home");
+    if (want.st_dev != have.st_dev || want.st_ino != have.st_ino) {
+      fail("sandbox home " + home + " is not the directory the daemon prepared");
+    }
+    attach_idmapped(kSandboxDirFd, userns.get(), true, target.get(), home);
+  }
+  if (plan.has_auth_home()) {
+    const std::vector<std::string> parts = split_absolute(plan.auth_home_target(), "auth home");
+    if (parts.empty()) fail("the auth home cannot be mounted on /");
+    UniqueFd target = open_dir_beneath(root.get(), parts, true, "auth home");
+    attach_idmapped(kAuthHomeFd, userns.get(), false, target.get(), plan.auth_home_target());
+  }
+  hide_files(plan, root.get(), kProjectFd);
+
+  pivot_into(root.get());
+}
+
+}  // namespace pando::sandbox
