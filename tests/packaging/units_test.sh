@@ -1,0 +1,100 @@
+#!/bin/bash
+# Checks the systemd files: systemd-analyze verify on the units (ExecStart
+# pointed at the built daemon, since verify requires the binary to exist), the
+# decisions written into them, and that sysusers/tmpfiles produce the expected
+# users and directory in a scratch root.
+#   units_test.sh SOURCE_DIR DAEMON_BINARY
+set -euo pipefail
+src=$1
+daemon=$2
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+[ -x "$daemon" ] || fail "daemon binary $daemon missing"
+tmp=$(mktemp -d /tmp/pandotest-units-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+service="$src/systemd/pando-helperd.service"
+socket="$src/systemd/pando-helperd.socket"
+
+# --- The unit as shipped names the installed paths and the documented CLI.
+grep -qx 'ExecStart=/usr/sbin/pando-helperd --config /etc/pando/pando-helperd.conf --foreground' "$service" ||
+	fail "ExecStart does not run the installed daemon with the packaged config"
+
+# --- systemd-analyze verify prints parse problems as warnings and still exits
+# 0, so any output at all is a failure.
+mkdir "$tmp/units"
+sed "s#^ExecStart=/usr/sbin/pando-helperd #ExecStart=$daemon #" "$service" >"$tmp/units/pando-helperd.service"
+cp "$socket" "$tmp/units/pando-helperd.socket"
+grep -q "^ExecStart=$daemon " "$tmp/units/pando-helperd.service" || fail "ExecStart rewrite failed"
+if ! out=$(systemd-analyze verify "$tmp/units/pando-helperd.socket" "$tmp/units/pando-helperd.service" 2>&1); then
+	fail "systemd-analyze verify failed: $out"
+fi
+[ -z "$out" ] || fail "systemd-analyze verify reported: $out"
+
+# The check above must be able to fail: a broken copy has to produce output.
+sed 's/^KillMode=mixed/KillMode=bogus/' "$tmp/units/pando-helperd.service" >"$tmp/units/broken.service"
+out=$(systemd-analyze verify "$tmp/units/broken.service" 2>&1 || true)
+[ -n "$out" ] || fail "systemd-analyze verify did not notice an invalid KillMode"
+
+# --- Decisions written into the units (last assignment wins, as in systemd).
+prop() {
+	grep -E "^$1=" "$2" | tail -n1 | cut -d= -f2-
+}
+[ "$(prop SocketMode "$socket")" = 0666 ] || fail "SocketMode=0666 must be explicit"
+[ "$(prop ListenStream "$socket")" = /run/pando/helper.sock ] || fail "ListenStream"
+[ "$(prop RemoveOnStop "$socket")" = yes ] || fail "RemoveOnStop"
+[ "$(prop Type "$service")" = notify ] || fail "Type=notify"
+[ "$(prop KillMode "$service")" = mixed ] || fail "KillMode=mixed"
+[ "$(prop OOMPolicy "$service")" = continue ] || fail "OOMPolicy=continue"
+[ "$(prop Delegate "$service")" = "memory pids cpu" ] || fail "Delegate"
+[ "$(prop NoNewPrivileges "$service")" = yes ] || fail "NoNewPrivileges"
+
+# The daemon must share the host's mount namespace (open_tree refuses mounts of
+# another namespace), and systemd's seccomp filters are inherited by sessions:
+# none of these may appear.
+for forbidden in ProtectSystem ProtectHome PrivateTmp PrivateDevices PrivateMounts \
+	ProtectKernelTunables ProtectKernelModules ProtectKernelLogs ProtectControlGroups \
+	ProtectProc ProcSubset ReadOnlyPaths ReadWritePaths InaccessiblePaths BindPaths \
+	BindReadOnlyPaths TemporaryFileSystem RootDirectory RootImage PrivateNetwork \
+	PrivateUsers PrivateIPC RestrictNamespaces MemoryDenyWriteExecute ProtectHostname \
+	DynamicUser; do
+	if grep -qE "^$forbidden=" "$service"; then fail "$forbidden= must not be set (see the comment in the unit)"; fi
+done
+
+# Every capability in the bounding set is explained in the comment above it.
+caps=$(prop CapabilityBoundingSet "$service")
+[ -n "$caps" ] || fail "CapabilityBoundingSet missing"
+for cap in $caps; do
+	grep -qE "^#.*${cap#CAP_}" "$service" || fail "$cap has no justification comment"
+done
+for cap in CAP_SYS_MODULE CAP_SYS_RAWIO CAP_SYS_TIME CAP_SYSLOG CAP_SYS_PTRACE CAP_DAC_OVERRIDE CAP_MKNOD CAP_SETFCAP CAP_BPF; do
+	case " $caps " in *" $cap "*) fail "$cap must not be in the bounding set" ;; esac
+done
+
+# --- sysusers: two locked system users with their own group, no shell, no home.
+mkdir -p "$tmp/root/etc"
+: >"$tmp/root/etc/passwd"
+: >"$tmp/root/etc/group"
+: >"$tmp/root/etc/shadow"
+: >"$tmp/root/etc/gshadow"
+systemd-sysusers --root="$tmp/root" "$src/systemd/pando-helper.sysusers" >/dev/null 2>&1 ||
+	fail "systemd-sysusers rejected pando-helper.sysusers"
+for user in pando-core pando-workspace; do
+	IFS=: read -r name _ uid gid _ home shell < <(grep "^$user:" "$tmp/root/etc/passwd") ||
+		fail "sysusers did not create $user"
+	[ "$uid" -lt 1000 ] || fail "$user uid $uid is not a system uid"
+	grep -q "^$user:x:$gid:" "$tmp/root/etc/group" || fail "$user has no own primary group"
+	[ "$home" = / ] || fail "$user home is $home"
+	[ "$shell" = /usr/sbin/nologin ] || fail "$user shell is $shell"
+	grep -q "^$user:!" "$tmp/root/etc/shadow" || fail "$user password not locked"
+done
+if grep -q '^pando:' "$tmp/root/etc/group"; then fail "sysusers created a pando group"; fi
+
+# --- tmpfiles: /run/pando, root-owned 0755.
+systemd-tmpfiles --root="$tmp/root" --create "$src/systemd/pando-helper.tmpfiles" >/dev/null 2>&1 ||
+	fail "systemd-tmpfiles rejected pando-helper.tmpfiles"
+[ "$(stat -c '%a %U %G' "$tmp/root/run/pando")" = "755 root root" ] || fail "/run/pando mode/owner"
+
+echo "PASS: units verify, hardening choices, sysusers and tmpfiles"
