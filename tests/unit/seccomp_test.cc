@@ -2,13 +2,17 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
 #include <linux/sched.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -16,11 +20,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -305,6 +311,97 @@ TEST(SeccompTest, Int80IsKilledBySigsys) {
                     "before seccomp sees it";
   }
   EXPECT_EQ(run_child(int80_getpid), killed(SIGSYS));
+}
+
+// The filter as the kernel holds it, read back through ptrace from a child that loaded it.
+std::vector<sock_filter> loaded_filter() {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) return {};
+  if (pid == 0) {
+    if (ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) < 0) _exit(kCheckFailed);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) _exit(kInstallFailed);
+    try {
+      install_seccomp_filter();
+    } catch (const std::exception&) {
+      _exit(kInstallFailed);
+    }
+    raise(SIGSTOP);
+    _exit(0);
+  }
+  std::vector<sock_filter> program;
+  int status = 0;
+  if (waitpid(pid, &status, 0) == pid && WIFSTOPPED(status)) {
+    const long count = ptrace(PTRACE_SECCOMP_GET_FILTER, pid, 0, nullptr);
+    if (count > 0) {
+      program.resize(static_cast<size_t>(count));
+      if (ptrace(PTRACE_SECCOMP_GET_FILTER, pid, 0, program.data()) != count) program.clear();
+    }
+  }
+  kill(pid, SIGKILL);
+  wait_for(pid);
+  return program;
+}
+
+// Runs a classic BPF seccomp program on one syscall, for the instructions libseccomp emits.
+// Returns nullopt on an instruction it does not know or a jump out of the program.
+std::optional<uint32_t> evaluate(const std::vector<sock_filter>& program,
+                                 const seccomp_data& data) {
+  uint32_t a = 0;
+  for (size_t pc = 0; pc < program.size(); ++pc) {
+    const sock_filter& insn = program[pc];
+    switch (insn.code) {
+      case BPF_LD | BPF_W | BPF_ABS:
+        if (insn.k % 4 != 0 || insn.k + 4 > sizeof(data)) return std::nullopt;
+        std::memcpy(&a, reinterpret_cast<const char*>(&data) + insn.k, 4);
+        break;
+      case BPF_ALU | BPF_AND | BPF_K:
+        a &= insn.k;
+        break;
+      case BPF_JMP | BPF_JA:
+        pc += insn.k;
+        break;
+      case BPF_JMP | BPF_JEQ | BPF_K:
+        pc += a == insn.k ? insn.jt : insn.jf;
+        break;
+      case BPF_JMP | BPF_JGT | BPF_K:
+        pc += a > insn.k ? insn.jt : insn.jf;
+        break;
+      case BPF_JMP | BPF_JGE | BPF_K:
+        pc += a >= insn.k ? insn.jt : insn.jf;
+        break;
+      case BPF_JMP | BPF_JSET | BPF_K:
+        pc += (a & insn.k) != 0 ? insn.jt : insn.jf;
+        break;
+      case BPF_RET | BPF_K:
+        return insn.k;
+      default:
+        return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+// Holds on kernels without the i386 ABI too, where int $0x80 never reaches seccomp.
+TEST(SeccompTest, LoadedFilterKillsForeignArchitectures) {
+  const std::vector<sock_filter> program = loaded_filter();
+  ASSERT_FALSE(program.empty());
+  const auto action = [&](uint32_t arch, int nr) {
+    seccomp_data data{};
+    data.arch = arch;
+    data.nr = nr;
+    return evaluate(program, data);
+  };
+  constexpr uint32_t kNotSeen = 0xdeadbeef;
+  for (const int nr : {0, 20 /* i386 getpid */, 21 /* i386 mount */, 120 /* i386 clone */}) {
+    SCOPED_TRACE(nr);
+    EXPECT_EQ(action(AUDIT_ARCH_I386, nr).value_or(kNotSeen), SECCOMP_RET_KILL_PROCESS);
+    EXPECT_EQ(action(AUDIT_ARCH_AARCH64, nr).value_or(kNotSeen), SECCOMP_RET_KILL_PROCESS);
+    EXPECT_EQ(action(AUDIT_ARCH_X86_64, 0x40000000 | nr).value_or(kNotSeen),
+              SECCOMP_RET_KILL_PROCESS);
+  }
+  EXPECT_EQ(action(AUDIT_ARCH_X86_64, __NR_getpid).value_or(kNotSeen), SECCOMP_RET_ALLOW);
+  EXPECT_EQ(action(AUDIT_ARCH_X86_64, __NR_mount).value_or(kNotSeen), SECCOMP_RET_ERRNO | EPERM);
 }
 
 TEST(SeccompTest, X32SyscallIsKilledBySigsys) {
