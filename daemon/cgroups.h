@@ -1,0 +1,222 @@
+#pragma once
+
+// Session cgroups: resource limits, accounting and reliable teardown for each launched session.
+//
+// Three host layouts are handled:
+//  - cgroup v2 delegated by systemd (Delegate=yes): the daemon moves itself into <unit>/daemon,
+//    enables memory/pids/cpu on <unit>, and creates <unit>/sessions/session-<id>.
+//  - cgroup v2 without delegation: sessions go to <v2 root>/<parent>/session-<id>.
+//  - cgroup v1 (legacy or hybrid hosts whose cgroup2 mount carries no memory/pids controller):
+//    one directory <hierarchy>/<parent>/session-<id> in each of the memory, pids, cpu, cpuacct
+//    and freezer hierarchies.
+// Every call is synchronous and returns within a few milliseconds except wait_empty(), whose
+// bound the caller chooses. Nothing here is thread-safe; the daemon is single-threaded.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "proto/config.pb.h"
+
+namespace pando::daemon {
+
+enum class CgroupMode { kUnified, kLegacy, kNone };
+
+// Zero in memory_max_bytes, pids_max or cpu_max_percent means "no limit" ("max").
+struct SessionLimits {
+  uint64_t memory_max_bytes = 0;
+  uint64_t swap_max_bytes = 0;
+  uint32_t pids_max = 0;
+  uint32_t cpu_max_percent = 0;
+};
+
+// Fields the host cannot report stay zero/false.
+struct SessionUsage {
+  uint64_t memory_peak_bytes = 0;
+  uint64_t cpu_usage_usec = 0;
+  uint64_t pids_peak = 0;
+  bool oom_killed = false;        // the kernel OOM-killed at least one process of the session
+  bool pids_limit_hit = false;    // a fork/clone failed because of pids.max
+  bool memory_limit_hit = false;  // usage reached the memory limit at least once
+};
+
+// The cgroup directories of one session. Created by CgroupManager; the destructor is a safety
+// net that kills what is left and tries to remove the directories (logging on failure). The
+// daemon should instead call kill_all(), then retry remove() until it is true.
+// Teardown calls (kill_all, wait_empty, usage, remove) never throw: they log and report.
+class SessionCgroup {
+ public:
+  enum class KillMethod {
+    kAuto,              // v2 cgroup.kill if present, else freeze + signal, else signal each
+    kFreezeThenSignal,  // v2 cgroup.freeze or the v1 freezer; fails without one
+    kSignalEach,        // pidfd per listed pid, re-checked against cgroup.procs (racy forks
+                        // are caught by repeating rounds)
+  };
+
+  ~SessionCgroup();
+  SessionCgroup(const SessionCgroup&) = delete;
+  SessionCgroup& operator=(const SessionCgroup&) = delete;
+
+  const std::string& name() const { return name_; }  // "session-<id>"
+
+  // Moves `pid` (all its threads) into the session in every hierarchy. Throws on failure.
+  void add_process(pid_t pid);
+
+  // An O_DIRECTORY fd of the v2 session directory for clone3(CLONE_INTO_CGROUP), which places
+  // the child without a window in the daemon's cgroup; -1 in v1 mode. Owned by this object.
+  int unified_dir_fd() const { return unified_fd_; }
+
+  // SIGKILLs every process of the session. v2: cgroup.kill, or freeze + kill each + thaw on
+  // kernels without it (< 5.14). v1: freezer FROZEN, kill each listed pid, THAWED. Returns
+  // false (and logs path + errno) when a step failed. Methods other than kAuto are for tests.
+  bool kill_all(KillMethod method = KillMethod::kAuto) noexcept;
+
+  // Polls until no process is left (v2 cgroup.events "populated 0", v1 empty cgroup.procs),
+  // sleeping at most a few ms between reads. Returns whether it became empty in time.
+  // Also false when the membership files cannot be read.
+  bool wait_empty(std::chrono::milliseconds max) noexcept;
+
+  // Reads the accounting files; call before remove(). Unreadable values stay zero.
+  SessionUsage usage() const noexcept;
+
+  // rmdir every directory. Returns false while a directory still has processes (EBUSY) or on
+  // another error (logged). Already-removed directories count as removed.
+  bool remove() noexcept;
+
+  // One line naming the directories, for logs.
+  std::string describe() const;
+
+  // Absolute directory paths, one per hierarchy (v2: exactly one).
+  std::vector<std::string> dirs() const;
+
+  struct Dir {
+    std::string path;  // absolute, e.g. /sys/fs/cgroup/memory/pando-helper/session-ab12
+    bool unified = false;
+    bool memory = false;
+    bool pids = false;
+    bool cpu = false;
+    bool cpuacct = false;
+    bool freezer = false;
+  };
+
+ private:
+  friend class CgroupManager;
+  SessionCgroup(std::string name, std::vector<Dir> dirs);
+
+  std::vector<pid_t> listed_pids() const;
+  bool empty() const;
+  void read_usage(SessionUsage& usage) const;
+  void kill_with(KillMethod method);
+  void kill_frozen();
+  void kill_listed_checked();
+
+  std::string name_;
+  std::vector<Dir> dirs_;
+  int unified_fd_ = -1;
+  bool removed_ = false;
+  mutable uint64_t pids_seen_ = 0;  // fallback for kernels without pids.peak
+};
+
+class CgroupManager {
+ public:
+  // Finds the usable layout and prepares it (creates the parent directories, enables
+  // controllers; in delegated v2 mode also moves this process into <unit>/daemon). When nothing
+  // is usable, or preparing fails, returns mode()==kNone with the reason (path, errno) in
+  // detail(). Throws only std::invalid_argument, for an invalid config.parent.
+  // Delegation is assumed when our v2 cgroup is a .service/.scope (or its "daemon" leaf) and
+  // either the unit directory carries systemd's trusted.delegate/user.delegate xattr (systemd
+  // >= 251) or the environment has PANDO_CGROUP_DELEGATED=1 (for older systemd).
+  static CgroupManager detect(const pando::helper::config::v1::CgroupConfig& config);
+
+  // Inputs for preparing a v2 layout; detect() fills them from /proc, tests pass their own.
+  struct UnifiedSetup {
+    std::string mount_point;  // where cgroup2 is mounted, e.g. /sys/fs/cgroup
+    std::string own_path;     // this process's cgroup below the mount's root ("/" if at root)
+    bool delegated = false;   // own_path is (inside) a unit systemd delegated to us
+    std::string parent;       // sessions' parent below the mount when not delegated
+    bool require_controllers = true;  // fail unless memory and pids can be enabled
+  };
+  // Throws std::runtime_error (path + errno) when a step fails.
+  static CgroupManager set_up_unified(const UnifiedSetup& setup);
+
+  CgroupManager(CgroupManager&&) = default;
+  CgroupManager& operator=(CgroupManager&&) = default;
+
+  CgroupMode mode() const { return mode_; }
+  // e.g. "v2 delegated at /sys/fs/cgroup/system.slice/pando-helperd.service/sessions: memory
+  // pids cpu" or "v1: memory,pids,cpu,cpuacct,freezer under /pando-helper".
+  const std::string& detail() const { return detail_; }
+
+  // Directories holding the session directories (one per hierarchy; empty in kNone mode).
+  std::vector<std::string> session_parent_dirs() const;
+
+  // At daemon start: kills and removes every session-* cgroup left by a previous instance.
+  // Returns the names removed; a directory that stays busy is logged and left for next time.
+  // Throws std::runtime_error only when a parent directory cannot be listed.
+  std::vector<std::string> remove_stale_sessions();
+
+  // Creates the session's directories and writes its limits. Throws std::invalid_argument
+  // for a bad session id, std::runtime_error (path + errno) for any failed step, and in
+  // kNone mode; partially created directories are removed before throwing.
+  std::unique_ptr<SessionCgroup> create_session(const std::string& session_id,
+                                                const SessionLimits& limits);
+
+  // Defaults: 4 GiB memory, no swap, 512 pids, 200% cpu.
+  static SessionLimits limits_from_config(const pando::helper::config::v1::ResourceLimits& limits);
+
+ private:
+  CgroupManager() = default;
+  std::unique_ptr<SessionCgroup> adopt(const std::string& name) const;
+
+  CgroupMode mode_ = CgroupMode::kNone;
+  std::string detail_;
+  std::vector<SessionCgroup::Dir> parents_;  // where session dirs go, with their controllers
+};
+
+// Pure helpers, exposed for unit tests.
+namespace cgroup_text {
+
+struct Mount {
+  std::string mount_point;               // unescaped
+  std::string root;                      // the cgroup shown at mount_point
+  bool unified = false;                  // cgroup2
+  std::vector<std::string> controllers;  // v1: from the super options (e.g. "cpu", "cpuacct")
+};
+// The cgroup and cgroup2 mounts of a /proc/<pid>/mountinfo text; malformed lines are skipped.
+std::vector<Mount> parse_mountinfo(std::string_view text);
+
+struct Membership {
+  std::string hierarchy_id;
+  std::vector<std::string> controllers;  // empty for the v2 line "0::<path>"
+  std::string path;
+};
+std::vector<Membership> parse_proc_cgroup(std::string_view text);
+
+// "<quota> 100000" for cpu.max; "max 100000" for 0.
+std::string cpu_max_line(uint32_t percent);
+
+// A relative path of non-empty components without "." or "..", each of [A-Za-z0-9._-].
+bool valid_parent(std::string_view parent);
+
+// 1..64 characters of [A-Za-z0-9_-].
+bool valid_session_id(std::string_view id);
+
+// The systemd unit cgroup we may manage below, when own_path is a .service/.scope cgroup (or
+// its "daemon" leaf, after a restart in place) and a delegation marker is present.
+std::optional<std::string> delegated_unit(std::string_view own_path, bool delegate_marker);
+
+// "<mount_point><path below mount root>", or nullopt when path is outside the mount's root.
+std::optional<std::string> path_in_mount(const Mount& mount, std::string_view path);
+
+// Value of "<key> <n>" in a flat-keyed file (cpu.stat, memory.events, pids.events, ...).
+std::optional<uint64_t> keyed_value(std::string_view text, std::string_view key);
+
+}  // namespace cgroup_text
+
+}  // namespace pando::daemon

@@ -1,0 +1,754 @@
+// Session cgroups on the real kernel (needs root). Every test works below a parent named
+// pandotest-<pid> in each hierarchy, removed in TearDown.
+
+#include "daemon/cgroups.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace pando::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+namespace text = cgroup_text;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+bool is_dir(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::vector<pid_t> procs_of(const std::string& dir) {
+  std::vector<pid_t> out;
+  std::istringstream in(slurp(dir + "/cgroup.procs"));
+  for (pid_t p; in >> p;) out.push_back(p);
+  return out;
+}
+
+bool listed(const std::string& dir, pid_t pid) {
+  for (pid_t p : procs_of(dir)) {
+    if (p == pid) return true;
+  }
+  return false;
+}
+
+std::vector<text::Mount> mounts() { return text::parse_mountinfo(slurp("/proc/self/mountinfo")); }
+
+std::optional<text::Mount> unified_mount() {
+  for (const auto& m : mounts()) {
+    if (m.unified) return m;
+  }
+  return std::nullopt;
+}
+
+// A forked child that blocks until release(), then runs `body` and exits with its result.
+// Unreaped children are SIGKILLed and reaped on destruction.
+class Child {
+ public:
+  explicit Child(std::function<int()> body) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) std::abort();
+    pid_ = fork();
+    if (pid_ < 0) std::abort();
+    if (pid_ == 0) {
+      close(fds[1]);
+      char c;
+      if (read(fds[0], &c, 1) != 1) _exit(120);
+      close(fds[0]);
+      _exit(body());
+    }
+    close(fds[0]);
+    go_ = fds[1];
+  }
+  ~Child() {
+    if (go_ >= 0) close(go_);
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  void release() {
+    ASSERT_EQ(write(go_, "x", 1), 1);
+    close(go_);
+    go_ = -1;
+  }
+  // Waits up to 10 s; a child still alive then is a test failure and gets SIGKILLed, so a
+  // broken kill path fails the test instead of hanging it.
+  int wait() {
+    int status = 0;
+    for (int i = 0; i < 10000; ++i) {
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        pid_ = -1;
+        return status;
+      }
+      EXPECT_EQ(r, 0) << std::strerror(errno);
+      if (r != 0) return -1;
+      std::this_thread::sleep_for(1ms);
+    }
+    ADD_FAILURE() << "child " << pid_ << " still running";
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int go_ = -1;
+};
+
+// The child forks one grandchild, reports its pid on `report`, and both sleep forever.
+int fork_grandchild_and_pause(int report) {
+  pid_t gc = fork();
+  if (gc < 0) return 121;
+  if (gc == 0) {
+    for (;;) pause();
+  }
+  if (write(report, &gc, sizeof gc) != sizeof gc) return 122;
+  for (;;) pause();
+}
+
+pid_t read_pid(int fd) {
+  pid_t pid = -1;
+  if (read(fd, &pid, sizeof pid) != sizeof pid) return -1;
+  return pid;
+}
+
+bool process_gone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+
+bool wait_gone(pid_t pid) {
+  for (int i = 0; i < 2000; ++i) {
+    if (process_gone(pid)) return true;
+    // A grandchild reparented to init becomes a zombie until init reaps it.
+    std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+    size_t paren = stat.rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z') {
+      return true;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
+// Kills everything below `dir` (sparing this process) and removes it bottom-up.
+void destroy_tree(const std::string& dir) {
+  if (!is_dir(dir)) return;
+  if (DIR* d = opendir(dir.c_str())) {
+    std::vector<std::string> subdirs;
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (e->d_type == DT_DIR && n != "." && n != "..") subdirs.push_back(dir + "/" + n);
+    }
+    closedir(d);
+    for (const auto& s : subdirs) destroy_tree(s);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    for (pid_t p : procs_of(dir)) {
+      if (p != getpid()) kill(p, SIGKILL);
+    }
+    if (rmdir(dir.c_str()) == 0 || errno == ENOENT) return;
+    std::this_thread::sleep_for(1ms);
+  }
+  ADD_FAILURE() << "cannot remove " << dir << ": " << std::strerror(errno);
+}
+
+class CgroupsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u) << "cgroup tests need root";
+    parent_ = "pandotest-" + std::to_string(getpid());
+    config_.set_parent(parent_);
+  }
+
+  void TearDown() override {
+    // A delegation test moves this process; put it back at the v2 root before removing.
+    if (auto u = unified_mount()) {
+      for (const auto& m : text::parse_proc_cgroup(slurp("/proc/self/cgroup"))) {
+        if (m.hierarchy_id == "0" && m.path.starts_with("/" + parent_)) {
+          std::ofstream(u->mount_point + "/cgroup.procs") << getpid() << std::flush;
+        }
+      }
+    }
+    for (const auto& m : mounts()) destroy_tree(m.mount_point + "/" + parent_);
+    for (const auto& m : mounts()) {
+      EXPECT_FALSE(is_dir(m.mount_point + "/" + parent_)) << m.mount_point << " still has it";
+    }
+  }
+
+  // Legacy-mode manager on this host, or a skip reason.
+  std::optional<CgroupManager> legacy() {
+    CgroupManager m = CgroupManager::detect(config_);
+    if (m.mode() != CgroupMode::kLegacy) return std::nullopt;
+    return m;
+  }
+
+  std::string parent_;
+  pando::helper::config::v1::CgroupConfig config_;
+};
+
+#define REQUIRE_LEGACY(var)                                                        \
+  auto var##_opt = legacy();                                                       \
+  if (!var##_opt) GTEST_SKIP() << "host has no cgroup v1 memory+pids hierarchies"; \
+  CgroupManager& var = *var##_opt
+
+const std::string* dir_with(const std::vector<std::string>& dirs, const std::string& file) {
+  for (const auto& d : dirs) {
+    if (access((d + "/" + file).c_str(), F_OK) == 0) return &d;
+  }
+  return nullptr;
+}
+
+// ---- pure text logic -------------------------------------------------------------------------
+
+TEST(CgroupText, ParsesHybridMountinfo) {
+  const std::string info =
+      "30 22 0:27 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+      "31 30 0:28 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+      "32 30 0:29 / /sys/fs/cgroup/cpu,cpuacct rw shared:5 - cgroup cgroup rw,cpu,cpuacct\n"
+      "34 30 0:31 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+      "39 30 0:36 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd\n"
+      "40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n"
+      "41 30 0:38 /sub /mnt/my\\040cg rw - cgroup2 none rw\n"
+      "garbage line\n";
+  auto m = text::parse_mountinfo(info);
+  ASSERT_EQ(m.size(), 6u);
+  EXPECT_EQ(m[0].mount_point, "/sys/fs/cgroup/cpu");
+  EXPECT_EQ(m[0].controllers, std::vector<std::string>{"cpu"});
+  EXPECT_EQ(m[1].controllers, (std::vector<std::string>{"cpu", "cpuacct"}));
+  EXPECT_FALSE(m[1].unified);
+  EXPECT_EQ(m[2].controllers, std::vector<std::string>{"memory"});
+  EXPECT_TRUE(m[3].controllers.empty());  // name=systemd carries no controller
+  EXPECT_TRUE(m[4].unified);
+  EXPECT_EQ(m[4].mount_point, "/sys/fs/cgroup/unified");
+  EXPECT_EQ(m[5].mount_point, "/mnt/my cg");
+  EXPECT_EQ(m[5].root, "/sub");
+}
+
+TEST(CgroupText, ParsesProcCgroup) {
+  auto v = text::parse_proc_cgroup(
+      "4:memory:/process_api/7c11\n2:cpu,cpuacct:/\n"
+      "0::/system.slice/pando-helperd.service\nbad\n");
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0].controllers, std::vector<std::string>{"memory"});
+  EXPECT_EQ(v[0].path, "/process_api/7c11");
+  EXPECT_EQ(v[1].controllers, (std::vector<std::string>{"cpu", "cpuacct"}));
+  EXPECT_EQ(v[2].hierarchy_id, "0");
+  EXPECT_TRUE(v[2].controllers.empty());
+  EXPECT_EQ(v[2].path, "/system.slice/pando-helperd.service");
+}
+
+TEST(CgroupText, FormatsCpuMax) {
+  EXPECT_EQ(text::cpu_max_line(20), "20000 100000");
+  EXPECT_EQ(text::cpu_max_line(200), "200000 100000");
+  EXPECT_EQ(text::cpu_max_line(1), "1000 100000");
+  EXPECT_EQ(text::cpu_max_line(0), "max 100000");
+}
+
+TEST(CgroupText, ValidatesParentAndSessionId) {
+  EXPECT_TRUE(text::valid_parent("pando-helper"));
+  EXPECT_TRUE(text::valid_parent("system.slice/pando"));
+  for (const char* bad : {"", "/abs", "a//b", "a/", "..", "a/../b", ".", "a/./b", "a b", "a\nb"}) {
+    EXPECT_FALSE(text::valid_parent(bad)) << bad;
+  }
+  EXPECT_TRUE(text::valid_session_id("0123abcdef"));
+  for (const char* bad : {"", "a/b", "a.b", "..", "x y", "session\n"}) {
+    EXPECT_FALSE(text::valid_session_id(bad)) << bad;
+  }
+  EXPECT_FALSE(text::valid_session_id(std::string(65, 'a')));
+}
+
+TEST(CgroupText, DecidesDelegation) {
+  const std::string unit = "/system.slice/pando-helperd.service";
+  EXPECT_EQ(text::delegated_unit(unit, true), unit);
+  EXPECT_EQ(text::delegated_unit(unit + "/daemon", true), unit);  // restarted in place
+  EXPECT_EQ(text::delegated_unit("/user.slice/user-1000.slice/x.scope", true),
+            "/user.slice/user-1000.slice/x.scope");
+  EXPECT_EQ(text::delegated_unit(unit, false), std::nullopt);  // no Delegate=yes marker
+  EXPECT_EQ(text::delegated_unit("/", true), std::nullopt);
+  EXPECT_EQ(text::delegated_unit("/system.slice", true), std::nullopt);
+  EXPECT_EQ(text::delegated_unit("/.service", true), std::nullopt);
+  EXPECT_EQ(text::delegated_unit(unit + "/other", true), std::nullopt);
+}
+
+TEST(CgroupText, MapsPathsIntoMounts) {
+  text::Mount root{"/sys/fs/cgroup", "/", true, {}};
+  EXPECT_EQ(text::path_in_mount(root, "/a.service"), "/sys/fs/cgroup/a.service");
+  EXPECT_EQ(text::path_in_mount(root, "/"), "/sys/fs/cgroup");
+  text::Mount sub{"/mnt/cg", "/sub", true, {}};
+  EXPECT_EQ(text::path_in_mount(sub, "/sub/x"), "/mnt/cg/x");
+  EXPECT_EQ(text::path_in_mount(sub, "/sub"), "/mnt/cg");
+  EXPECT_EQ(text::path_in_mount(sub, "/subx"), std::nullopt);
+  EXPECT_EQ(text::path_in_mount(sub, "/other"), std::nullopt);
+}
+
+TEST(CgroupText, ReadsKeyedValues) {
+  const std::string events = "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n";
+  EXPECT_EQ(text::keyed_value(events, "max"), 12u);
+  EXPECT_EQ(text::keyed_value(events, "oom"), 1u);
+  EXPECT_EQ(text::keyed_value(events, "oom_kill"), 1u);
+  EXPECT_EQ(text::keyed_value(events, "oom_killer"), std::nullopt);
+  EXPECT_EQ(text::keyed_value("usage_usec 1234\nuser_usec 1000\n", "usage_usec"), 1234u);
+}
+
+TEST(CgroupText, LimitsFromConfig) {
+  pando::helper::config::v1::ResourceLimits cfg;
+  SessionLimits d = CgroupManager::limits_from_config(cfg);
+  EXPECT_EQ(d.memory_max_bytes, uint64_t{4} << 30);
+  EXPECT_EQ(d.swap_max_bytes, 0u);
+  EXPECT_EQ(d.pids_max, 512u);
+  EXPECT_EQ(d.cpu_max_percent, 200u);
+  cfg.set_memory_max_bytes(1 << 20);
+  cfg.set_swap_max_bytes(1 << 21);
+  cfg.set_pids_max(7);
+  cfg.set_cpu_max_percent(0);
+  SessionLimits s = CgroupManager::limits_from_config(cfg);
+  EXPECT_EQ(s.memory_max_bytes, 1u << 20);
+  EXPECT_EQ(s.swap_max_bytes, 1u << 21);
+  EXPECT_EQ(s.pids_max, 7u);
+  EXPECT_EQ(s.cpu_max_percent, 0u);
+}
+
+// ---- real cgroups ----------------------------------------------------------------------------
+
+TEST_F(CgroupsTest, RejectsBadParent) {
+  config_.set_parent("../escape");
+  EXPECT_THROW(CgroupManager::detect(config_), std::invalid_argument);
+  config_.set_parent("/abs");
+  EXPECT_THROW(CgroupManager::detect(config_), std::invalid_argument);
+}
+
+TEST_F(CgroupsTest, DetectsLayoutOfThisHost) {
+  bool v1_memory = false;
+  bool v2_memory = false;
+  for (const auto& m : mounts()) {
+    if (!m.unified &&
+        std::find(m.controllers.begin(), m.controllers.end(), "memory") != m.controllers.end()) {
+      v1_memory = true;
+    }
+    if (m.unified)
+      v2_memory = slurp(m.mount_point + "/cgroup.controllers").find("memory") != std::string::npos;
+  }
+  CgroupManager m = CgroupManager::detect(config_);
+  std::printf("detect(): %s\n", m.detail().c_str());
+  if (v1_memory && !v2_memory) {
+    ASSERT_EQ(m.mode(), CgroupMode::kLegacy) << m.detail();
+    EXPECT_TRUE(m.detail().starts_with("v1: memory,pids")) << m.detail();
+    EXPECT_NE(m.detail().find("under /" + parent_), std::string::npos) << m.detail();
+    if (unified_mount()) {
+      EXPECT_NE(m.detail().find("cgroup2 at"), std::string::npos) << m.detail();
+    }
+    for (const auto& d : m.session_parent_dirs()) {
+      EXPECT_TRUE(is_dir(d)) << d;
+      EXPECT_TRUE(d.ends_with("/" + parent_)) << d;
+    }
+    EXPECT_NE(dir_with(m.session_parent_dirs(), "memory.limit_in_bytes"), nullptr);
+    EXPECT_NE(dir_with(m.session_parent_dirs(), "pids.max"), nullptr);
+  } else if (v2_memory) {
+    EXPECT_EQ(m.mode(), CgroupMode::kUnified) << m.detail();
+  } else {
+    GTEST_SKIP() << "host has neither v1 nor v2 memory controller: " << m.detail();
+  }
+}
+
+TEST_F(CgroupsTest, SessionLimitsProcessesAndTeardown) {
+  REQUIRE_LEGACY(mgr);
+  SessionLimits limits{64 << 20, 0, 32, 50};
+  auto s = mgr.create_session("0123abcd", limits);
+  EXPECT_EQ(s->name(), "session-0123abcd");
+  EXPECT_EQ(s->unified_dir_fd(), -1);
+  std::printf("session: %s\n", s->describe().c_str());
+  auto dirs = s->dirs();
+  ASSERT_EQ(dirs.size(), mgr.session_parent_dirs().size());
+  for (const auto& d : dirs) EXPECT_TRUE(d.ends_with(parent_ + "/session-0123abcd")) << d;
+
+  const std::string* mem = dir_with(dirs, "memory.limit_in_bytes");
+  ASSERT_NE(mem, nullptr);
+  EXPECT_EQ(trimmed(slurp(*mem + "/memory.limit_in_bytes")), std::to_string(64 << 20));
+  if (access((*mem + "/memory.memsw.limit_in_bytes").c_str(), F_OK) == 0) {
+    EXPECT_EQ(trimmed(slurp(*mem + "/memory.memsw.limit_in_bytes")), std::to_string(64 << 20));
+  }
+  const std::string* pids = dir_with(dirs, "pids.max");
+  ASSERT_NE(pids, nullptr);
+  EXPECT_EQ(trimmed(slurp(*pids + "/pids.max")), "32");
+  if (const std::string* cpu = dir_with(dirs, "cpu.cfs_quota_us")) {
+    EXPECT_EQ(trimmed(slurp(*cpu + "/cpu.cfs_quota_us")), "50000");
+    EXPECT_EQ(trimmed(slurp(*cpu + "/cpu.cfs_period_us")), "100000");
+  } else {
+    ADD_FAILURE() << "no v1 cpu hierarchy in the session";
+  }
+
+  int report[2];
+  ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
+  Child child([&] { return fork_grandchild_and_pause(report[1]); });
+  close(report[1]);
+  s->add_process(child.pid());
+  for (const auto& d : dirs) EXPECT_TRUE(listed(d, child.pid())) << d;
+  child.release();
+  pid_t grandchild = read_pid(report[0]);
+  close(report[0]);
+  ASSERT_GT(grandchild, 0);
+  for (const auto& d : dirs) EXPECT_TRUE(listed(d, grandchild)) << d;
+  EXPECT_FALSE(s->remove());  // still populated
+
+  s->kill_all();
+  // The child is not reaped yet: a zombie no longer counts as a member.
+  EXPECT_TRUE(s->wait_empty(2s));
+  EXPECT_TRUE(wait_gone(grandchild));
+  SessionUsage u = s->usage();
+  std::printf("usage: peak %llu bytes, cpu %llu us, pids peak %llu\n",
+              static_cast<unsigned long long>(u.memory_peak_bytes),
+              static_cast<unsigned long long>(u.cpu_usage_usec),
+              static_cast<unsigned long long>(u.pids_peak));
+  EXPECT_GT(u.memory_peak_bytes, 0u);
+  EXPECT_EQ(u.pids_peak, 2u);
+  EXPECT_FALSE(u.oom_killed);
+  EXPECT_FALSE(u.pids_limit_hit);
+  EXPECT_TRUE(s->remove());
+  for (const auto& d : dirs) EXPECT_FALSE(is_dir(d)) << d;
+  int status = child.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+}
+
+TEST_F(CgroupsTest, RejectsBadAndDuplicateSessions) {
+  REQUIRE_LEGACY(mgr);
+  SessionLimits limits{64 << 20, 0, 32, 50};
+  for (const char* bad : {"../x", "a/b", "a.b", ""}) {
+    EXPECT_THROW(mgr.create_session(bad, limits), std::invalid_argument) << bad;
+  }
+  auto s = mgr.create_session("dup", limits);
+  EXPECT_THROW(mgr.create_session("dup", limits), std::runtime_error);
+  for (const auto& d : s->dirs()) EXPECT_TRUE(is_dir(d)) << d;  // the first one is intact
+  EXPECT_TRUE(s->remove());
+}
+
+TEST_F(CgroupsTest, DestructorKillsAndRemoves) {
+  REQUIRE_LEGACY(mgr);
+  auto s = mgr.create_session("dtor", SessionLimits{64 << 20, 0, 32, 50});
+  auto dirs = s->dirs();
+  Child child([] {
+    for (;;) pause();
+    return 0;
+  });
+  s->add_process(child.pid());
+  child.release();
+  s.reset();
+  for (const auto& d : dirs) EXPECT_FALSE(is_dir(d)) << d;
+  int status = child.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+}
+
+TEST_F(CgroupsTest, PidsLimitStopsForkBomb) {
+  REQUIRE_LEGACY(mgr);
+  auto s = mgr.create_session("pids", SessionLimits{256 << 20, 0, 16, 0});
+  int report[2];
+  ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
+  Child child([&] {
+    int forked = 0;
+    for (;;) {
+      pid_t p = fork();
+      if (p == 0) {
+        for (;;) pause();
+      }
+      if (p < 0) break;
+      ++forked;
+    }
+    int result[2] = {forked, errno};
+    if (write(report[1], result, sizeof result) != sizeof result) return 1;
+    for (;;) pause();
+  });
+  close(report[1]);
+  s->add_process(child.pid());
+  child.release();
+  int result[2] = {0, 0};
+  ASSERT_EQ(read(report[0], result, sizeof result), static_cast<ssize_t>(sizeof result));
+  close(report[0]);
+  std::printf("forked %d children before fork failed with %s\n", result[0],
+              std::strerror(result[1]));
+  EXPECT_EQ(result[1], EAGAIN);
+  EXPECT_EQ(result[0], 15);  // 16 tasks including the forking child
+  SessionUsage u = s->usage();
+  EXPECT_TRUE(u.pids_limit_hit);
+  EXPECT_EQ(u.pids_peak, 16u);
+  s->kill_all();
+  EXPECT_TRUE(s->wait_empty(2s));
+  EXPECT_TRUE(s->remove());
+  int status = child.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+}
+
+TEST_F(CgroupsTest, MemoryLimitOomKills) {
+  REQUIRE_LEGACY(mgr);
+  auto s = mgr.create_session("mem", SessionLimits{64 << 20, 0, 32, 0});
+  Child child([] {
+    const size_t size = size_t{512} << 20;
+    char* p = static_cast<char*>(std::malloc(size));
+    if (!p) return 3;
+    for (size_t i = 0; i < size; i += 4096) p[i] = 1;
+    return 0;  // not reached while the limit works
+  });
+  s->add_process(child.pid());
+  child.release();
+  int status = child.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  SessionUsage u = s->usage();
+  std::printf("oom: peak %llu bytes, oom_killed %d, memory_limit_hit %d\n",
+              static_cast<unsigned long long>(u.memory_peak_bytes), u.oom_killed,
+              u.memory_limit_hit);
+  EXPECT_TRUE(u.oom_killed);
+  EXPECT_TRUE(u.memory_limit_hit);
+  EXPECT_LE(u.memory_peak_bytes, uint64_t{64} << 20);
+  EXPECT_GT(u.memory_peak_bytes, uint64_t{32} << 20);
+  EXPECT_TRUE(s->wait_empty(2s));
+  EXPECT_TRUE(s->remove());
+}
+
+TEST_F(CgroupsTest, CpuQuotaThrottles) {
+  REQUIRE_LEGACY(mgr);
+  if (!dir_with(mgr.session_parent_dirs(), "cpuacct.usage")) {
+    GTEST_SKIP() << "no cpuacct hierarchy to measure with";
+  }
+  auto s = mgr.create_session("cpu", SessionLimits{64 << 20, 0, 32, 20});
+  Child child([] {
+    for (;;) asm volatile("" ::: "memory");
+    return 0;
+  });
+  s->add_process(child.pid());
+  uint64_t before = s->usage().cpu_usage_usec;
+  auto start = std::chrono::steady_clock::now();
+  child.release();
+  std::this_thread::sleep_for(2s);
+  uint64_t used = s->usage().cpu_usage_usec - before;
+  auto wall = std::chrono::duration_cast<std::chrono::microseconds>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+  double share = static_cast<double>(used) / static_cast<double>(wall);
+  std::printf("busy child at cpu 20%%: %llu us cpu over %lld us wall = %.1f%%\n",
+              static_cast<unsigned long long>(used), static_cast<long long>(wall), share * 100);
+  EXPECT_GT(used, 0u);
+  EXPECT_LT(share, 0.6);
+  s->kill_all();
+  EXPECT_TRUE(s->wait_empty(2s));
+  EXPECT_TRUE(s->remove());
+}
+
+TEST_F(CgroupsTest, RemovesStaleSessions) {
+  REQUIRE_LEGACY(mgr);
+  Child child([] {
+    for (;;) pause();
+    return 0;
+  });
+  std::vector<std::string> stale;
+  for (const auto& p : mgr.session_parent_dirs()) {
+    ASSERT_EQ(mkdir((p + "/session-deadbeef").c_str(), 0755), 0) << p;
+    ASSERT_EQ(mkdir((p + "/not-a-session").c_str(), 0755), 0) << p;
+    std::ofstream(p + "/session-deadbeef/cgroup.procs") << child.pid() << std::flush;
+    EXPECT_TRUE(listed(p + "/session-deadbeef", child.pid())) << p;
+    stale.push_back(p + "/session-deadbeef");
+  }
+  child.release();
+  auto removed = mgr.remove_stale_sessions();
+  EXPECT_EQ(removed, std::vector<std::string>{"session-deadbeef"});
+  int status = child.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  for (const auto& d : stale) EXPECT_FALSE(is_dir(d)) << d;
+  for (const auto& p : mgr.session_parent_dirs()) {
+    EXPECT_TRUE(is_dir(p + "/not-a-session")) << p;
+    EXPECT_EQ(rmdir((p + "/not-a-session").c_str()), 0);
+  }
+}
+
+// A child and a grandchild in `s`, killed with `method`: both die and the session empties.
+void expect_kill_method_works(SessionCgroup& s, SessionCgroup::KillMethod method) {
+  int report[2];
+  ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
+  Child child([&] { return fork_grandchild_and_pause(report[1]); });
+  close(report[1]);
+  s.add_process(child.pid());
+  child.release();
+  pid_t grandchild = read_pid(report[0]);
+  close(report[0]);
+  ASSERT_GT(grandchild, 0);
+  for (const auto& d : s.dirs()) EXPECT_EQ(procs_of(d).size(), 2u) << d;
+  EXPECT_TRUE(s.kill_all(method));
+  EXPECT_TRUE(s.wait_empty(2s));
+  EXPECT_TRUE(wait_gone(grandchild));
+  int status = child.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  EXPECT_TRUE(s.remove());
+}
+
+TEST_F(CgroupsTest, LegacyKillMethods) {
+  REQUIRE_LEGACY(mgr);
+  SessionLimits limits{64 << 20, 0, 32, 0};
+  auto frozen = mgr.create_session("freeze", limits);
+  expect_kill_method_works(*frozen, SessionCgroup::KillMethod::kFreezeThenSignal);
+  auto each = mgr.create_session("each", limits);
+  expect_kill_method_works(*each, SessionCgroup::KillMethod::kSignalEach);
+}
+
+TEST_F(CgroupsTest, UnifiedKillMethods) {
+  auto u = unified_mount();
+  if (!u) GTEST_SKIP() << "no cgroup2 mount";
+  CgroupManager mgr = CgroupManager::set_up_unified({.mount_point = u->mount_point,
+                                                     .own_path = "/",
+                                                     .parent = parent_,
+                                                     .require_controllers = false});
+  SessionLimits limits{64 << 20, 0, 32, 0};
+  auto frozen = mgr.create_session("freeze", limits);
+  expect_kill_method_works(*frozen, SessionCgroup::KillMethod::kFreezeThenSignal);
+  auto each = mgr.create_session("each", limits);
+  expect_kill_method_works(*each, SessionCgroup::KillMethod::kSignalEach);
+}
+
+// cgroup2 on this host carries no memory/pids/cpu, but creation, membership, cgroup.kill,
+// cpu.stat accounting, CLONE_INTO_CGROUP and removal work without controllers.
+TEST_F(CgroupsTest, UnifiedWithoutControllers) {
+  auto u = unified_mount();
+  if (!u) GTEST_SKIP() << "no cgroup2 mount";
+  CgroupManager mgr = CgroupManager::set_up_unified({.mount_point = u->mount_point,
+                                                     .own_path = "/",
+                                                     .parent = parent_,
+                                                     .require_controllers = false});
+  EXPECT_EQ(mgr.mode(), CgroupMode::kUnified);
+  std::printf("v2: %s\n", mgr.detail().c_str());
+  EXPECT_EQ(mgr.session_parent_dirs(), std::vector<std::string>{u->mount_point + "/" + parent_});
+  auto s = mgr.create_session("cafe", SessionLimits{64 << 20, 0, 32, 20});
+  ASSERT_EQ(s->dirs().size(), 1u);
+  const std::string dir = s->dirs()[0];
+  EXPECT_GE(s->unified_dir_fd(), 0);
+
+  int report[2];
+  ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
+  Child child([&] { return fork_grandchild_and_pause(report[1]); });
+  close(report[1]);
+  s->add_process(child.pid());
+  EXPECT_TRUE(listed(dir, child.pid()));
+  child.release();
+  pid_t grandchild = read_pid(report[0]);
+  close(report[0]);
+  ASSERT_GT(grandchild, 0);
+  EXPECT_TRUE(listed(dir, grandchild));
+
+  // clone3 straight into the session, as the daemon should start the launcher.
+  clone_args args{};
+  args.flags = CLONE_INTO_CGROUP;
+  args.exit_signal = SIGCHLD;
+  args.cgroup = static_cast<uint64_t>(s->unified_dir_fd());
+  long cloned = syscall(SYS_clone3, &args, sizeof args);
+  if (cloned == 0) {
+    for (;;) pause();
+  }
+  ASSERT_GT(cloned, 0) << std::strerror(errno);
+  EXPECT_TRUE(listed(dir, static_cast<pid_t>(cloned)));
+  EXPECT_EQ(procs_of(dir).size(), 3u);
+
+  bool has_kill = access((dir + "/cgroup.kill").c_str(), F_OK) == 0;
+  std::printf("v2 kill via %s\n", has_kill ? "cgroup.kill" : "freeze + kill");
+  s->kill_all();
+  EXPECT_TRUE(s->wait_empty(2s));
+  EXPECT_TRUE(wait_gone(grandchild));
+  int cloned_status = 0;
+  EXPECT_EQ(waitpid(static_cast<pid_t>(cloned), &cloned_status, 0), cloned);
+  EXPECT_TRUE(WIFSIGNALED(cloned_status) && WTERMSIG(cloned_status) == SIGKILL);
+  SessionUsage usage = s->usage();
+  std::printf("v2 usage: cpu %llu us\n", static_cast<unsigned long long>(usage.cpu_usage_usec));
+  EXPECT_TRUE(s->remove());
+  EXPECT_FALSE(is_dir(dir));
+  int status = child.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+}
+
+// What a systemd unit with Delegate=yes goes through, on a fake unit cgroup: the daemon moves
+// into <unit>/daemon and sessions live in <unit>/sessions.
+TEST_F(CgroupsTest, UnifiedDelegatedUnit) {
+  auto u = unified_mount();
+  if (!u) GTEST_SKIP() << "no cgroup2 mount";
+  const std::string unit = "/" + parent_ + "/pando-helperd.service";
+  ASSERT_EQ(mkdir((u->mount_point + "/" + parent_).c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((u->mount_point + unit).c_str(), 0755), 0);
+  std::ofstream(u->mount_point + unit + "/cgroup.procs") << getpid() << std::flush;
+  ASSERT_NE(slurp("/proc/self/cgroup").find("0::" + unit + "\n"), std::string::npos);
+
+  CgroupManager mgr = CgroupManager::set_up_unified({.mount_point = u->mount_point,
+                                                     .own_path = unit,
+                                                     .delegated = true,
+                                                     .parent = "",
+                                                     .require_controllers = false});
+  std::printf("delegated: %s\n", mgr.detail().c_str());
+  EXPECT_TRUE(mgr.detail().starts_with("v2 delegated at " + u->mount_point + unit + "/sessions"));
+  EXPECT_NE(slurp("/proc/self/cgroup").find("0::" + unit + "/daemon\n"), std::string::npos);
+  EXPECT_TRUE(procs_of(u->mount_point + unit).empty());
+  EXPECT_EQ(mgr.session_parent_dirs(),
+            std::vector<std::string>{u->mount_point + unit + "/sessions"});
+
+  // Restarted in place: already in the leaf.
+  CgroupManager again = CgroupManager::set_up_unified({.mount_point = u->mount_point,
+                                                       .own_path = unit + "/daemon",
+                                                       .delegated = true,
+                                                       .parent = "",
+                                                       .require_controllers = false});
+  EXPECT_EQ(again.session_parent_dirs(), mgr.session_parent_dirs());
+
+  auto s = mgr.create_session("beef", SessionLimits{64 << 20, 0, 32, 20});
+  EXPECT_EQ(s->dirs(), std::vector<std::string>{u->mount_point + unit + "/sessions/session-beef"});
+  Child child([] {
+    for (;;) pause();
+    return 0;
+  });
+  s->add_process(child.pid());
+  child.release();
+  s->kill_all();
+  EXPECT_TRUE(s->wait_empty(2s));
+  EXPECT_TRUE(s->remove());
+  int status = child.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+}
+
+TEST_F(CgroupsTest, UnifiedRequiresControllersByDefault) {
+  auto u = unified_mount();
+  if (!u) GTEST_SKIP() << "no cgroup2 mount";
+  if (slurp(u->mount_point + "/cgroup.controllers").find("memory") != std::string::npos) {
+    GTEST_SKIP() << "cgroup2 here has memory; the refusal path cannot be shown";
+  }
+  try {
+    CgroupManager::set_up_unified(
+        {.mount_point = u->mount_point, .own_path = "/", .parent = parent_});
+    ADD_FAILURE() << "set_up_unified accepted a hierarchy without memory/pids";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("memory and pids"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace pando::daemon
