@@ -167,7 +167,7 @@ struct AbiRule {
 constexpr AbiRule kAbiPolicy[] = {
     {"i386 ABI (int 0x80)",
      "numbered differently from x86_64, so the rows above would not match; bad-arch action"},
-    {"x32 ABI (nr | 0x40000000)",
+    {"x32 ABI (nr >= 0x40000000)",
      "same audit arch as x86_64, so libseccomp's x86_64 filter sends syscall numbers >= "
      "0x40000000 to the bad-arch action (checked by seccomp_test)"},
 };
