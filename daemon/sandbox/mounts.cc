@@ -495,10 +495,12 @@ void populate_dev(int root_fd) {
                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
   UniqueFd pts_target = open_dir_beneath(dev, {"pts"}, false, "/dev/pts");
   attach(pts.get(), pts_target.get(), "/dev/pts");
+  verify_mount_flags(pts.get(), ST_NOSUID | ST_NOEXEC, "/dev/pts");
   UniqueFd shm = new_filesystem("tmpfs", {{"mode", "1777"}, {"size", "25%"}},
                                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
   UniqueFd shm_target = open_dir_beneath(dev, {"shm"}, false, "/dev/shm");
   attach(shm.get(), shm_target.get(), "/dev/shm");
+  verify_mount_flags(shm.get(), ST_NOSUID | ST_NODEV | ST_NOEXEC, "/dev/shm");
   set_mount_attrs(dev, MOUNT_ATTR_RDONLY, false, "/dev read-only");
   verify_mount_flags(dev, ST_RDONLY | ST_NOSUID | ST_NOEXEC, "/dev");
 }
@@ -510,11 +512,13 @@ void mask_with(int root_fd, const char* mask, int target_fd, const std::string& 
   if (!clone.valid()) throw_errno("open_tree mask for " + what);
   set_mount_attrs(clone.get(), kReadOnlyAttrs | MOUNT_ATTR_NOEXEC, false, "mask " + what);
   attach(clone.get(), target_fd, "mask " + what);
+  verify_mount_flags(clone.get(), kReadOnlyFlags | ST_NOEXEC, "mask " + what);
 }
 
 void populate_proc(int root_fd, int proc_fd) {
   UniqueFd target = open_dir_beneath(root_fd, {"proc"}, true, "/proc");
   attach(proc_fd, target.get(), "/proc");
+  verify_mount_flags(proc_fd, ST_NOSUID | ST_NODEV | ST_NOEXEC, "/proc");
   for (const char* name : {"sys", "sysrq-trigger", "irq", "bus", "fs"}) {
     UniqueFd entry(openat(proc_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
     if (!entry.valid()) {
@@ -527,6 +531,7 @@ void populate_proc(int root_fd, int proc_fd) {
     set_mount_attrs(clone.get(), kReadOnlyAttrs | MOUNT_ATTR_NOEXEC, true,
                     std::string("/proc/") + name);
     attach(clone.get(), entry.get(), std::string("/proc/") + name);
+    verify_mount_flags(clone.get(), kReadOnlyFlags | ST_NOEXEC, std::string("/proc/") + name);
   }
   for (const char* name : {"kcore", "keys", "key-users", "timer_list", "sched_debug", "kallsyms",
                            "latency_stats", "acpi", "scsi"}) {
@@ -755,6 +760,7 @@ void build_filesystem_view(const SandboxPlan& plan) {
                                   MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
     UniqueFd target = open_dir_beneath(root.get(), {"tmp"}, true, "/tmp");
     attach(tmp.get(), target.get(), "/tmp");
+    verify_mount_flags(tmp.get(), ST_NOSUID | ST_NODEV, "/tmp");
   }
   populate_runtime_paths(plan, root.get());
 

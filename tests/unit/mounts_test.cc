@@ -286,6 +286,45 @@ void as_role(Reporter& reporter, const std::function<void(Reporter&)>& body) {
                  "role child failed");
 }
 
+// Mounts of the namespace whose root is a whole host filesystem ("/" of a disk
+// filesystem) or that sit on "/": only the new tmpfs root may.
+std::vector<std::string> suspicious_mounts() {
+  std::vector<std::string> found;
+  int on_root = 0;
+  const std::string text = read_text("/proc/self/mountinfo");
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    std::vector<std::string> fields;
+    std::size_t start = 0;
+    while (start <= line.size()) {
+      std::size_t space = line.find(' ', start);
+      if (space == std::string::npos) space = line.size();
+      fields.push_back(line.substr(start, space - start));
+      start = space + 1;
+    }
+    std::size_t dash = 0;
+    while (dash < fields.size() && fields[dash] != "-") ++dash;
+    if (fields.size() < 5 || dash + 1 >= fields.size()) {
+      found.push_back("unparsable: " + line);
+      continue;
+    }
+    const std::string& type = fields[dash + 1];
+    if (fields[4] == "/") {
+      ++on_root;
+      if (type != "tmpfs") found.push_back(line);
+    }
+    if (fields[3] == "/" && type != "tmpfs" && type != "proc" && type != "devpts") {
+      found.push_back(line);
+    }
+  }
+  if (on_root != 1) found.push_back(std::to_string(on_root) + " mounts on /");
+  return found;
+}
+
 bool write_fails_with(const std::string& path, int expected_errno) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd >= 0) {
@@ -400,6 +439,8 @@ TEST_F(MountsTest, WorkspaceViewIsConfinedAndIdmapped) {
         r.check(
             read_text("/etc/passwd").find("pando-workspace:x:64201:64202:") != std::string::npos,
             "passwd lacks the role: " + read_text("/etc/passwd"));
+        for (const std::string& line : suspicious_mounts())
+          r.check(false, "host mount left: " + line);
         r.check(write_fails_with("/usr/pandotest", EROFS), "/usr writable");
         r.check(write_fails_with("/etc/pandotest", EROFS), "/etc writable");
         r.check(write_fails_with(base + "/pandotest", EROFS), "project parent writable");
@@ -552,6 +593,72 @@ TEST_F(MountsTest, UnsupportedFilesystemIsRefused) {
             0u)
       << result.setup_error;
   for (const std::string& failure : result.failures) ADD_FAILURE() << failure;
+}
+
+TEST_F(MountsTest, ProjectSubmountsAreNotCarriedIn) {
+  TempProject temp("workspace");
+  ASSERT_NO_FATAL_FAILURE(temp.populate());
+  const std::string project = temp.project;
+  const std::string sandbox_dir = temp.sandbox_dir;
+  const std::string auth_home = temp.auth_home;
+  UniqueFd keep[3];
+  RunResult result = run_sandboxed(
+      temp.plan(true),
+      [&] {
+        if (mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+            mount("tmpfs", (project + "/sub").c_str(), "tmpfs", 0, "size=64k") != 0) {
+          _exit(9);
+        }
+        const int fd = open((project + "/sub/on-submount").c_str(), O_WRONLY | O_CREAT, 0644);
+        if (fd < 0) _exit(10);
+        close(fd);
+        UniqueFd dirs[3] = {UniqueFd(open(project.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)),
+                            UniqueFd(open(sandbox_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)),
+                            UniqueFd(open(auth_home.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC))};
+        for (int i = 0; i < 3; ++i) keep[i] = clone_detached_tree(dirs[i].get());
+        return SandboxFds{keep[0].get(), keep[1].get(), keep[2].get()};
+      },
+      [&](Reporter& r) {
+        r.check(access((project + "/sub/on-submount").c_str(), F_OK) != 0,
+                "a submount of the project was carried into the sandbox");
+        r.check(read_text(project + "/sub/notes.env") == "visible",
+                "the directory under the submount is not shown");
+      });
+  expect_clean(result);
+}
+
+TEST_F(MountsTest, RuntimePathsAreReadOnlyAndMustExist) {
+  TempProject temp("workspace");
+  ASSERT_NO_FATAL_FAILURE(temp.populate());
+  const std::string runtime = temp.base + "/runtime";
+  make_dir(runtime, 0755, 0, 0);
+  write_text(runtime + "/tool", "#!/bin/sh\n", 0755, 0, 0);
+  {
+    UniqueFd keep[3];
+    const SandboxFds fds = clone_fds(temp, keep);
+    SandboxPlan plan = temp.plan(true);
+    plan.add_runtime_paths(runtime);
+    RunResult result = run_sandboxed(
+        plan, [&] { return fds; },
+        [&](Reporter& r) {
+          r.check(read_text(runtime + "/tool") == "#!/bin/sh\n", "runtime path not visible");
+          r.check(write_fails_with(runtime + "/new", EROFS), "runtime path writable");
+          r.check(open((runtime + "/tool").c_str(), O_WRONLY | O_CLOEXEC) < 0 && errno == EROFS,
+                  "runtime file writable");
+        });
+    expect_clean(result);
+  }
+  {
+    UniqueFd keep[3];
+    const SandboxFds fds = clone_fds(temp, keep);
+    SandboxPlan plan = temp.plan(true);
+    plan.add_runtime_paths(temp.base + "/missing");
+    RunResult result = run_sandboxed(
+        plan, [&] { return fds; }, [](Reporter&) {});
+    EXPECT_EQ(result.setup_error, std::to_string(pando::helper::v1::ERROR_LAUNCH_FAILED) +
+                                      " runtime path " + temp.base +
+                                      "/missing does not exist on the host");
+  }
 }
 
 TEST_F(MountsTest, CheckIdmapSupportOnExt4) {
