@@ -155,7 +155,7 @@ std::string join(const std::vector<std::string>& list, std::string_view sep) {
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-int pidfd_open_checked(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+int open_pidfd(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
 bool has_delegate_xattr(const std::string& dir) {
   for (const char* name : {"trusted.delegate", "user.delegate"}) {
@@ -504,7 +504,7 @@ void SessionCgroup::kill_listed_checked() {
     if (pids.empty()) return;
     std::vector<std::pair<pid_t, int>> pinned;
     for (pid_t p : pids) {
-      int fd = pidfd_open_checked(p);
+      int fd = open_pidfd(p);
       if (fd >= 0) {
         pinned.emplace_back(p, fd);
       } else if (errno != ESRCH) {
@@ -741,8 +741,6 @@ CgroupManager CgroupManager::detect(const pando::helper::config::v1::CgroupConfi
       }
       reasons.push_back(fmt::format("cgroup2 at {} offers no memory+pids ({})", probe,
                                     offered.empty() ? "none" : join(offered, " ")));
-    } catch (const std::invalid_argument&) {
-      throw;
     } catch (const std::exception& e) {
       none.detail_ = std::string("cgroup v2 setup failed: ") + e.what();
       return none;

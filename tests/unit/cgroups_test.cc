@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -733,6 +734,39 @@ TEST_F(CgroupsTest, UnifiedDelegatedUnit) {
   EXPECT_TRUE(s->remove());
   int status = child.wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+}
+
+// detect() sees delegation through systemd's xattr or the environment. cgroup2 here has no
+// memory controller, so it falls back to v1, but its reason names the cgroup it probed.
+TEST_F(CgroupsTest, DetectRecognisesDelegatedUnit) {
+  auto u = unified_mount();
+  if (!u) GTEST_SKIP() << "no cgroup2 mount";
+  if (slurp(u->mount_point + "/cgroup.controllers").find("memory") != std::string::npos) {
+    GTEST_SKIP() << "cgroup2 here has memory: detect() would really move this process";
+  }
+  ASSERT_EQ(unsetenv("PANDO_CGROUP_DELEGATED"), 0);
+  const std::string unit_dir = u->mount_point + "/" + parent_ + "/pando-helperd.service";
+  ASSERT_EQ(mkdir((u->mount_point + "/" + parent_).c_str(), 0755), 0);
+  ASSERT_EQ(mkdir(unit_dir.c_str(), 0755), 0);
+  std::ofstream(unit_dir + "/cgroup.procs") << getpid() << std::flush;
+  const std::string probed_unit = "cgroup2 at " + unit_dir + " offers";
+  const std::string probed_root = "cgroup2 at " + u->mount_point + " offers";
+
+  std::string plain = CgroupManager::detect(config_).detail();
+  EXPECT_NE(plain.find(probed_root), std::string::npos) << plain;
+
+  ASSERT_EQ(setxattr(unit_dir.c_str(), "trusted.delegate", "1", 1, 0), 0) << std::strerror(errno);
+  std::string by_xattr = CgroupManager::detect(config_).detail();
+  EXPECT_NE(by_xattr.find(probed_unit), std::string::npos) << by_xattr;
+  ASSERT_EQ(removexattr(unit_dir.c_str(), "trusted.delegate"), 0);
+
+  ASSERT_EQ(setenv("PANDO_CGROUP_DELEGATED", "1", 1), 0);
+  std::string by_env = CgroupManager::detect(config_).detail();
+  ASSERT_EQ(unsetenv("PANDO_CGROUP_DELEGATED"), 0);
+  EXPECT_NE(by_env.find(probed_unit), std::string::npos) << by_env;
+  // Nothing moved: delegation is only acted on when the unit offers memory and pids.
+  EXPECT_NE(slurp("/proc/self/cgroup").find("0::/" + parent_ + "/pando-helperd.service\n"),
+            std::string::npos);
 }
 
 TEST_F(CgroupsTest, UnifiedRequiresControllersByDefault) {
