@@ -296,6 +296,10 @@ UniqueFd make_idmap_userns(int proc_fd, uid_t caller_uid, gid_t caller_gid, uid_
   return userns;
 }
 
+std::string idmap_unsupported(int fs_fd) {
+  return "filesystem " + filesystem_name(fs_fd) + " does not support idmapped mounts";
+}
+
 bool is_idmap_unsupported_errno(int err) {
   return err == EINVAL || err == EPERM || err == ENOSYS || err == EOPNOTSUPP;
 }
@@ -309,8 +313,7 @@ void apply_idmap(int tree_fd, int userns_fd, int fs_fd, const std::string& what)
   if (mount_setattr(tree_fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) != 0) {
     const int err = errno;
     if (is_idmap_unsupported_errno(err)) {
-      throw SetupError(ERROR_IDMAP_UNSUPPORTED, what + ": filesystem " + filesystem_name(fs_fd) +
-                                                    " does not support idmapped mounts");
+      throw SetupError(ERROR_IDMAP_UNSUPPORTED, what + ": " + idmap_unsupported(fs_fd));
     }
     errno = err;
     throw_errno("idmap " + what);
@@ -708,7 +711,7 @@ IdmapCheck check_idmap_support(int dir_fd, uid_t caller_uid, gid_t caller_gid, u
     apply_idmap(tree.get(), userns.get(), dir_fd, "project");
   } catch (const SetupError& error) {
     if (error.code() != ERROR_IDMAP_UNSUPPORTED) throw;
-    return {false, error.what()};
+    return {false, idmap_unsupported(dir_fd)};
   }
   return {true, filesystem_name(dir_fd)};
 }

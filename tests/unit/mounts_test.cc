@@ -521,7 +521,9 @@ TEST_F(MountsTest, CoreProjectIsReadOnlyButHomeIsWritable) {
   ASSERT_NO_FATAL_FAILURE(temp.populate());
   UniqueFd keep[3];
   const SandboxFds fds = clone_fds(temp, keep);
-  const SandboxPlan plan = temp.plan(false);
+  // The daemon's choice: the auth home outside the project, on the tmpfs root.
+  SandboxPlan plan = temp.plan(false);
+  plan.set_auth_home_target("/pando-auth");
   const std::string project = temp.project;
   const std::string home = temp.sandbox_dir;
 
@@ -531,6 +533,9 @@ TEST_F(MountsTest, CoreProjectIsReadOnlyButHomeIsWritable) {
         as_role(r, [&](Reporter& role) {
           role.check(read_text(project + "/secret.txt") == "caller secret", "0600 file unreadable");
           role.check(write_fails_with(project + "/new.txt", EROFS), "core can write the project");
+          role.check(read_text("/pando-auth/token") == "auth token", "/pando-auth unreadable");
+          role.check(write_fails_with("/pando-auth/new", EROFS), "/pando-auth writable");
+          role.check(write_fails_with("/pando-new", EROFS), "/ writable by the role");
           role.check(write_fails_with(project + "/secret.txt", EROFS), "core can modify a file");
           const int fd = open((home + "/tmp/scratch").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
           role.check(fd >= 0, "core sandbox tmp not writable");
@@ -705,7 +710,7 @@ TEST_F(MountsTest, CheckIdmapSupportOnRamfs) {
   close(pipe_fds[0]);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_EQ(text, "UNSUPPORTED project: filesystem ramfs does not support idmapped mounts\n");
+  EXPECT_EQ(text, "UNSUPPORTED filesystem ramfs does not support idmapped mounts\n");
 }
 
 TEST_F(MountsTest, RefusesRootIdmap) {
