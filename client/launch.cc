@@ -1,0 +1,407 @@
+#include "client/launch.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <vector>
+
+#include "client/connection.h"
+#include "common/json_log.h"
+#include "common/unique_fd.h"
+#include "proto/helper.pb.h"
+
+namespace pando::client {
+
+namespace v1 = pando::helper::v1;
+
+namespace {
+
+// Up to this many stdin bytes are copied through user space per frame; more
+// waiting in a stdin pipe is spliced into the socket.
+constexpr uint32_t kCopyFrameBytes = 16 * 1024;
+constexpr size_t kReadBufferBytes = 256 * 1024;
+
+bool is_pipe(int fd) {
+  struct stat st {};
+  return fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
+}
+
+bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
+
+bool write_all(int fd, const uint8_t* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && would_block(errno)) {
+      pollfd pfd{fd, POLLOUT, 0};
+      poll(&pfd, 1, -1);
+      continue;
+    }
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+v1::Signal wire_signal(int signo) {
+  switch (signo) {
+    case SIGINT:
+      return v1::SIGNAL_INT;
+    case SIGTERM:
+      return v1::SIGNAL_TERM;
+    default:
+      return v1::SIGNAL_HUP;
+  }
+}
+
+class Relay {
+ public:
+  Relay(int sock, int signal_fd) : sock_(sock), signal_fd_(signal_fd) {
+    stdin_is_pipe_ = is_pipe(STDIN_FILENO);
+    stdout_is_pipe_ = is_pipe(STDOUT_FILENO);
+    buffer_.resize(kReadBufferBytes);
+    if (fcntl(STDIN_FILENO, F_GETFD) < 0) {
+      stdin_open_ = false;
+      const auto eof = wire::encode_header(v1::FRAME_STDIN_EOF, 0);
+      pending_.insert(pending_.end(), eof.begin(), eof.end());
+    }
+  }
+
+  // Returns the client's exit code.
+  int run();
+
+ private:
+  void queue(v1::FrameType type, const google::protobuf::MessageLite& msg) {
+    const auto frame = wire::encode_message_frame(type, msg);
+    pending_.insert(pending_.end(), frame.begin(), frame.end());
+  }
+  bool read_stdin();
+  bool flush_socket();
+  // false: session over (exit_code_ set)
+  bool read_socket();
+  bool handle_control_frame();
+
+  int sock_;
+  int signal_fd_;
+  bool stdin_is_pipe_ = false;
+  bool stdout_is_pipe_ = false;
+  bool stdin_open_ = true;
+  std::vector<uint8_t> buffer_;
+  std::vector<uint8_t> pending_;  // bytes for the socket
+  size_t pending_sent_ = 0;
+  uint32_t splice_out_ = 0;  // stdin bytes still to splice into the current frame
+
+  std::array<uint8_t, wire::kHeaderSize> in_header_{};
+  size_t in_header_have_ = 0;
+  uint8_t in_type_ = 0;
+  uint32_t in_remaining_ = 0;
+  std::vector<uint8_t> in_control_;
+  bool blocked_on_stdout_ = false;
+  bool stdout_broken_ = false;
+  int exit_code_ = kExitProtocol;
+};
+
+bool Relay::read_stdin() {
+  int available = 0;
+  if (stdin_is_pipe_ && ioctl(STDIN_FILENO, FIONREAD, &available) == 0 &&
+      static_cast<uint32_t>(available) > kCopyFrameBytes) {
+    const uint32_t length = std::min<uint32_t>(static_cast<uint32_t>(available), wire::kMaxDataPayload);
+    const auto header = wire::encode_header(v1::FRAME_STDIN_DATA, length);
+    pending_.insert(pending_.end(), header.begin(), header.end());
+    splice_out_ = length;
+    return true;
+  }
+  const size_t start = pending_.size();
+  pending_.resize(start + wire::kHeaderSize + kReadBufferBytes);
+  ssize_t n;
+  do {
+    n = read(STDIN_FILENO, pending_.data() + start + wire::kHeaderSize, kReadBufferBytes);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && would_block(errno)) {
+    pending_.resize(start);
+    return true;
+  }
+  if (n <= 0) {
+    pending_.resize(start);
+    stdin_open_ = false;
+    const auto eof = wire::encode_header(v1::FRAME_STDIN_EOF, 0);
+    pending_.insert(pending_.end(), eof.begin(), eof.end());
+    return true;
+  }
+  pending_.resize(start + wire::kHeaderSize + static_cast<size_t>(n));
+  const auto header = wire::encode_header(v1::FRAME_STDIN_DATA, static_cast<uint32_t>(n));
+  std::copy(header.begin(), header.end(), pending_.begin() + static_cast<std::ptrdiff_t>(start));
+  return true;
+}
+
+bool Relay::flush_socket() {
+  while (pending_sent_ < pending_.size()) {
+    const ssize_t n = send(sock_, pending_.data() + pending_sent_, pending_.size() - pending_sent_,
+                           MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && would_block(errno)) return true;
+    if (n < 0) return false;
+    pending_sent_ += static_cast<size_t>(n);
+  }
+  pending_.clear();
+  pending_sent_ = 0;
+  while (splice_out_ > 0) {
+    const ssize_t n = splice(STDIN_FILENO, nullptr, sock_, nullptr, splice_out_,
+                             SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+    if (n > 0) {
+      splice_out_ -= static_cast<uint32_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && would_block(errno)) return true;
+    return false;
+  }
+  return true;
+}
+
+bool Relay::handle_control_frame() {
+  switch (in_type_) {
+    case v1::FRAME_EXIT: {
+      v1::Exit exit;
+      if (!exit.ParseFromArray(in_control_.data(), static_cast<int>(in_control_.size()))) {
+        std::cerr << "pando-helper: the daemon sent an unreadable exit status\n";
+        exit_code_ = kExitProtocol;
+        return false;
+      }
+      exit_code_ = exit.has_signal() ? 128 + exit.signal() : exit.exit_code();
+      if (!exit.message().empty()) std::cerr << "pando-helper: " << exit.message() << "\n";
+      log::info("exit", {{"exit_code", exit_code_},
+                         {"reason", v1::EndReason_Name(exit.reason())}});
+      return false;
+    }
+    case v1::FRAME_REJECTED: {
+      v1::Rejected rejected;
+      rejected.ParseFromArray(in_control_.data(), static_cast<int>(in_control_.size()));
+      std::cerr << "pando-helper: session ended by the daemon ("
+                << v1::ErrorCode_Name(rejected.code()) << "): " << rejected.message() << "\n";
+      exit_code_ = kExitRejected;
+      return false;
+    }
+    default:
+      std::cerr << "pando-helper: unexpected frame type " << int{in_type_} << " from the daemon\n";
+      exit_code_ = kExitProtocol;
+      return false;
+  }
+}
+
+bool Relay::read_socket() {
+  for (;;) {
+    if (in_remaining_ == 0 && in_header_have_ < in_header_.size()) {
+      const ssize_t n = recv(sock_, in_header_.data() + in_header_have_,
+                             in_header_.size() - in_header_have_, MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && would_block(errno)) return true;
+      if (n <= 0) {
+        std::cerr << "pando-helper: the connection to pando-helperd broke before the session ended\n";
+        exit_code_ = kExitProtocol;
+        return false;
+      }
+      in_header_have_ += static_cast<size_t>(n);
+      if (in_header_have_ < in_header_.size()) continue;
+      const wire::FrameHeader header = wire::decode_header(in_header_);
+      const uint32_t cap = wire::max_payload(header.type);
+      if (cap == 0 || header.length > cap) {
+        std::cerr << "pando-helper: the daemon sent an invalid frame\n";
+        exit_code_ = kExitProtocol;
+        return false;
+      }
+      in_type_ = header.type;
+      in_remaining_ = header.length;
+      in_control_.clear();
+      if (in_remaining_ == 0) {
+        in_header_have_ = 0;
+        if (!wire::is_data_frame(in_type_) && !handle_control_frame()) return false;
+      }
+      continue;
+    }
+    const bool to_stdout = in_type_ == v1::FRAME_STDOUT_DATA;
+    if (to_stdout && stdout_is_pipe_ && !stdout_broken_) {
+      const ssize_t n = splice(sock_, nullptr, STDOUT_FILENO, nullptr, in_remaining_,
+                               SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+      if (n > 0) {
+        in_remaining_ -= static_cast<uint32_t>(n);
+        if (in_remaining_ == 0) in_header_have_ = 0;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) {
+        std::cerr << "pando-helper: the connection to pando-helperd broke before the session ended\n";
+        exit_code_ = kExitProtocol;
+        return false;
+      }
+      if (would_block(errno)) {
+        pollfd fds[2] = {{sock_, POLLIN, 0}, {STDOUT_FILENO, POLLOUT, 0}};
+        poll(fds, 2, 0);
+        if (!(fds[0].revents & POLLIN)) return true;
+        if (fds[1].revents & POLLOUT) continue;
+        if (!(fds[1].revents & (POLLERR | POLLHUP))) {
+          blocked_on_stdout_ = true;
+          return true;
+        }
+        errno = EPIPE;
+      }
+      if (errno == EPIPE) {
+        // Whoever reads our stdout is gone: like a pipeline, end the session.
+        stdout_broken_ = true;
+        exit_code_ = 128 + SIGPIPE;
+        return false;
+      }
+      std::cerr << "pando-helper: relaying stdout failed: " << std::strerror(errno) << "\n";
+      exit_code_ = kExitSoftware;
+      return false;
+    }
+    const size_t want = std::min<size_t>(in_remaining_, buffer_.size());
+    const ssize_t n = recv(sock_, buffer_.data(), want, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && would_block(errno)) return true;
+    if (n <= 0) {
+      std::cerr << "pando-helper: the connection to pando-helperd broke before the session ended\n";
+      exit_code_ = kExitProtocol;
+      return false;
+    }
+    in_remaining_ -= static_cast<uint32_t>(n);
+    if (wire::is_data_frame(in_type_)) {
+      const int fd = to_stdout ? STDOUT_FILENO : STDERR_FILENO;
+      if (!write_all(fd, buffer_.data(), static_cast<size_t>(n)) && to_stdout) {
+        exit_code_ = 128 + SIGPIPE;
+        return false;
+      }
+    } else {
+      in_control_.insert(in_control_.end(), buffer_.begin(), buffer_.begin() + n);
+    }
+    if (in_remaining_ == 0) {
+      in_header_have_ = 0;
+      if (!wire::is_data_frame(in_type_) && !handle_control_frame()) return false;
+    }
+  }
+}
+
+int Relay::run() {
+  for (;;) {
+    const bool sending = pending_sent_ < pending_.size() || splice_out_ > 0;
+    pollfd fds[4];
+    nfds_t count = 0;
+    fds[count++] = {signal_fd_, POLLIN, 0};
+    const nfds_t sock_index = count;
+    fds[count++] = {sock_, static_cast<short>((blocked_on_stdout_ ? 0 : POLLIN) | (sending ? POLLOUT : 0)), 0};
+    nfds_t stdin_index = 0, stdout_index = 0;
+    if (stdin_open_ && !sending) {
+      stdin_index = count;
+      fds[count++] = {STDIN_FILENO, POLLIN, 0};
+    }
+    if (blocked_on_stdout_) {
+      stdout_index = count;
+      fds[count++] = {STDOUT_FILENO, POLLOUT, 0};
+    }
+    if (poll(fds, count, -1) < 0) {
+      if (errno == EINTR) continue;
+      std::cerr << "pando-helper: poll: " << std::strerror(errno) << "\n";
+      return kExitSoftware;
+    }
+    if (fds[0].revents & POLLIN) {
+      signalfd_siginfo info{};
+      if (read(signal_fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+        v1::SignalRequest request;
+        request.set_signal(wire_signal(static_cast<int>(info.ssi_signo)));
+        queue(v1::FRAME_SIGNAL, request);
+        log::info("signal_forwarded", {{"signal", static_cast<int64_t>(info.ssi_signo)}});
+      }
+    }
+    if (stdout_index != 0 && fds[stdout_index].revents) blocked_on_stdout_ = false;
+    if (fds[sock_index].revents & (POLLIN | POLLHUP | POLLERR)) {
+      if (!read_socket()) return exit_code_;
+    }
+    if (stdin_index != 0 && fds[stdin_index].revents) read_stdin();
+    if (!flush_socket()) {
+      // The daemon may have ended the session: read what it said.
+      if (!read_socket()) return exit_code_;
+      std::cerr << "pando-helper: the connection to pando-helperd broke\n";
+      return kExitProtocol;
+    }
+  }
+}
+
+}  // namespace
+
+int run_launch(const std::string& role, const std::string& project_root,
+               const std::string& socket) {
+  v1::LaunchRequest request;
+  if (role == "core") {
+    request.set_role(v1::ROLE_CORE);
+  } else if (role == "workspace") {
+    request.set_role(v1::ROLE_WORKSPACE);
+  } else {
+    std::cerr << "pando-helper: --role must be core or workspace\n";
+    return kExitUsage;
+  }
+  request.set_project_root(project_root);
+
+  // Forwarded signals are read from a signalfd; block them first so none is
+  // lost or kills us between connect and the relay loop.
+  sigset_t forwarded;
+  sigemptyset(&forwarded);
+  sigaddset(&forwarded, SIGINT);
+  sigaddset(&forwarded, SIGTERM);
+  sigaddset(&forwarded, SIGHUP);
+  sigprocmask(SIG_BLOCK, &forwarded, nullptr);
+  UniqueFd signal_fd(signalfd(-1, &forwarded, SFD_CLOEXEC | SFD_NONBLOCK));
+  signal(SIGPIPE, SIG_IGN);
+
+  std::string error;
+  log::info("launch_start", {{"role", role}, {"project_root", project_root}, {"socket", socket}});
+  UniqueFd sock = connect_daemon(socket, error);
+  if (!sock.valid()) {
+    std::cerr << "pando-helper: " << error << "\n";
+    log::error("connect_failed", {{"socket", socket}, {"error", error}});
+    return kExitUnavailable;
+  }
+  const auto frame = wire::encode_message_frame(v1::FRAME_LAUNCH_REQUEST, request);
+  if (!send_all(sock.get(), frame.data(), frame.size())) {
+    std::cerr << "pando-helper: the connection to pando-helperd broke while sending the request\n";
+    return kExitProtocol;
+  }
+  const auto answer = read_frame(sock.get());
+  if (!answer) {
+    std::cerr << "pando-helper: pando-helperd closed the connection without answering\n";
+    return kExitProtocol;
+  }
+  if (answer->type == v1::FRAME_REJECTED) {
+    v1::Rejected rejected;
+    rejected.ParseFromArray(answer->payload.data(), static_cast<int>(answer->payload.size()));
+    std::cerr << "pando-helper: launch rejected (" << v1::ErrorCode_Name(rejected.code())
+              << "): " << rejected.message() << "\n";
+    log::warn("launch_rejected", {{"code", v1::ErrorCode_Name(rejected.code())},
+                                  {"message", rejected.message()}});
+    return kExitRejected;
+  }
+  if (answer->type != v1::FRAME_ACCEPTED) {
+    std::cerr << "pando-helper: unexpected answer from pando-helperd\n";
+    return kExitProtocol;
+  }
+  v1::Accepted accepted;
+  accepted.ParseFromArray(answer->payload.data(), static_cast<int>(answer->payload.size()));
+  log::info("accepted", {{"session", accepted.session_id()}});
+  if (fcntl(sock.get(), F_SETFL, fcntl(sock.get(), F_GETFL) | O_NONBLOCK) != 0) {
+    std::cerr << "pando-helper: fcntl: " << std::strerror(errno) << "\n";
+    return kExitSoftware;
+  }
+  Relay relay(sock.get(), signal_fd.get());
+  return relay.run();
+}
+
+}  // namespace pando::client

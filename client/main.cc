@@ -1,0 +1,163 @@
+// pando-helper: the unprivileged client. See README.md.
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/connection.h"
+#include "client/launch.h"
+#include "client/setup_users.h"
+#include "client/status.h"
+#include "common/json_log.h"
+
+namespace {
+
+using pando::client::kExitUsage;
+
+constexpr const char* kUsage =
+    "usage:\n"
+    "  pando-helper security launch --role <core|workspace> --project-root <path> --stdio "
+    "[--socket PATH]\n"
+    "  pando-helper security status [--project-root <path>] [--socket PATH]\n"
+    "  pando-helper security setup-users [--core-user NAME] [--workspace-user NAME]   (as root)\n"
+    "  pando-helper --version\n"
+    "The socket defaults to $PANDO_HELPER_SOCKET, then /run/pando/helper.sock.\n";
+
+int usage_error(const std::string& message) {
+  std::cerr << "pando-helper: " << message << "\n" << kUsage;
+  return kExitUsage;
+}
+
+// Parses "--name value" and "--name=value" options; `flags` take no value.
+std::optional<std::map<std::string, std::string>> parse_options(
+    const std::vector<std::string>& args, const std::vector<std::string>& valued,
+    const std::vector<std::string>& flags, std::string& error) {
+  std::map<std::string, std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i];
+    std::optional<std::string> value;
+    if (const auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    const bool takes_value = std::find(valued.begin(), valued.end(), name) != valued.end();
+    const bool is_flag = std::find(flags.begin(), flags.end(), name) != flags.end();
+    if (!takes_value && !is_flag) {
+      error = "unknown argument " + args[i];
+      return std::nullopt;
+    }
+    if (out.count(name) != 0) {
+      error = name + " given twice";
+      return std::nullopt;
+    }
+    if (is_flag) {
+      if (value) {
+        error = name + " takes no value";
+        return std::nullopt;
+      }
+      out[name] = "";
+      continue;
+    }
+    if (!value) {
+      if (i + 1 >= args.size()) {
+        error = name + " needs a value";
+        return std::nullopt;
+      }
+      value = args[++i];
+    }
+    out[name] = *value;
+  }
+  return out;
+}
+
+void init_client_log() {
+  const char* debug = std::getenv("PANDO_DEBUG");
+  if (debug != nullptr && std::string(debug) == "0") return;
+  std::string path;
+  if (const char* file = std::getenv("PANDO_GATEWAY_LOG_FILE"); file != nullptr && *file != '\0') {
+    path = file;
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
+    const std::string dir = std::string(home) + "/.pando-data";
+    mkdir(dir.c_str(), 0700);
+    path = dir + "/gateway-debug.jsonl";
+  } else {
+    return;
+  }
+  try {
+    pando::log::init("security_helper_client", path, spdlog::level::info);
+  } catch (const std::exception&) {
+    // Logging must never break the session's stdio; run without it.
+    pando::log::disable();
+  }
+}
+
+// A relative project root is taken from the working directory; the daemon
+// validates the result (absolute, normalized, no symlinks) either way.
+std::string absolute_project_root(const std::string& path) {
+  if (path.empty() || path.front() == '/') return path;
+  std::vector<char> cwd(4096);
+  if (getcwd(cwd.data(), cwd.size()) == nullptr) return path;
+  const std::string base = cwd.data();
+  if (path == ".") return base;
+  return base == "/" ? "/" + path : base + "/" + path;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() == 1 && args[0] == "--version") {
+    std::cout << "pando-helper " << PANDO_VERSION << "\n";
+    return 0;
+  }
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::cout << kUsage;
+    return args.empty() ? kExitUsage : 0;
+  }
+  if (args.size() < 2 || args[0] != "security") return usage_error("expected `security <command>`");
+  const std::string command = args[1];
+  const std::vector<std::string> rest(args.begin() + 2, args.end());
+  std::string error;
+
+  if (command == "launch") {
+    const auto options =
+        parse_options(rest, {"--role", "--project-root", "--socket"}, {"--stdio"}, error);
+    if (!options) return usage_error(error);
+    if (options->count("--role") == 0) return usage_error("--role is required");
+    if (options->count("--project-root") == 0) return usage_error("--project-root is required");
+    if (options->count("--stdio") == 0) return usage_error("--stdio is required (the only mode)");
+    init_client_log();
+    std::optional<std::string> socket;
+    if (options->count("--socket") != 0) socket = options->at("--socket");
+    return pando::client::run_launch(options->at("--role"),
+                                     absolute_project_root(options->at("--project-root")),
+                                     pando::client::socket_path(socket));
+  }
+  if (command == "status") {
+    const auto options = parse_options(rest, {"--project-root", "--socket"}, {}, error);
+    if (!options) return usage_error(error);
+    std::optional<std::string> socket;
+    if (options->count("--socket") != 0) socket = options->at("--socket");
+    const std::string root =
+        options->count("--project-root") != 0 ? absolute_project_root(options->at("--project-root")) : "";
+    return pando::client::run_status(pando::client::socket_path(socket), root);
+  }
+  if (command == "setup-users") {
+    const auto options = parse_options(rest, {"--core-user", "--workspace-user"}, {}, error);
+    if (!options) return usage_error(error);
+    pando::client::SetupUsersOptions setup;
+    if (options->count("--core-user") != 0) setup.core_user = options->at("--core-user");
+    if (options->count("--workspace-user") != 0) {
+      setup.workspace_user = options->at("--workspace-user");
+    }
+    return pando::client::run_setup_users(setup, std::cout, std::cerr);
+  }
+  return usage_error("unknown command " + command);
+}

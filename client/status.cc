@@ -1,0 +1,51 @@
+#include "client/status.h"
+
+#include <iostream>
+
+#include "client/connection.h"
+#include "proto/helper.pb.h"
+
+namespace pando::client {
+
+namespace v1 = pando::helper::v1;
+
+int run_status(const std::string& socket, const std::string& project_root) {
+  std::string error;
+  UniqueFd sock = connect_daemon(socket, error);
+  if (!sock.valid()) {
+    std::cout << "daemon: not reachable\n";
+    std::cerr << "pando-helper: " << error << "\n";
+    return kExitUnavailable;
+  }
+  v1::StatusRequest request;
+  request.set_project_root(project_root);
+  const auto frame = wire::encode_message_frame(v1::FRAME_STATUS_REQUEST, request);
+  if (!send_all(sock.get(), frame.data(), frame.size())) {
+    std::cerr << "pando-helper: the connection to pando-helperd broke\n";
+    return kExitProtocol;
+  }
+  const auto answer = read_frame(sock.get());
+  v1::Status status;
+  if (answer && answer->type == v1::FRAME_REJECTED) {
+    v1::Rejected rejected;
+    rejected.ParseFromArray(answer->payload.data(), static_cast<int>(answer->payload.size()));
+    std::cerr << "pando-helper: status refused (" << v1::ErrorCode_Name(rejected.code())
+              << "): " << rejected.message() << "\n";
+    return kExitRejected;
+  }
+  if (!answer || answer->type != v1::FRAME_STATUS ||
+      !status.ParseFromArray(answer->payload.data(), static_cast<int>(answer->payload.size()))) {
+    std::cerr << "pando-helper: pando-helperd did not answer the status request\n";
+    return kExitProtocol;
+  }
+  std::cout << "daemon: answering on " << socket << "\n";
+  std::cout << "version: " << status.version() << "\n";
+  std::cout << "live sessions: " << status.live_sessions() << "\n";
+  for (const auto& layer : status.layers()) {
+    std::cout << "layer " << layer.name() << ": " << (layer.available() ? "available" : "unavailable")
+              << (layer.detail().empty() ? "" : " (" + layer.detail() + ")") << "\n";
+  }
+  return 0;
+}
+
+}  // namespace pando::client

@@ -1,0 +1,41 @@
+#pragma once
+
+// JSON-lines event logging on top of spdlog, shared by daemon and client.
+// Each line: {"ts":..., "level":..., "event":"<prefix>_<name>", <fields>}.
+// Never pass environment values or stdio payloads as fields.
+
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+#include <spdlog/spdlog.h>
+
+namespace pando::log {
+
+using FieldValue = std::variant<std::string_view, std::string, int64_t, uint64_t, int, unsigned, bool>;
+using Field = std::pair<std::string_view, FieldValue>;
+
+// Sets the process-wide logger. `path` empty: stderr.
+void init(std::string_view event_prefix, const std::string& path, spdlog::level::level_enum level);
+// Disables logging (client with PANDO_DEBUG=0).
+void disable();
+
+void event(spdlog::level::level_enum level, std::string_view name,
+           std::initializer_list<Field> fields = {});
+
+inline void info(std::string_view name, std::initializer_list<Field> fields = {}) {
+  event(spdlog::level::info, name, fields);
+}
+inline void warn(std::string_view name, std::initializer_list<Field> fields = {}) {
+  event(spdlog::level::warn, name, fields);
+}
+inline void error(std::string_view name, std::initializer_list<Field> fields = {}) {
+  event(spdlog::level::err, name, fields);
+}
+
+std::string json_escape(std::string_view text);
+
+}  // namespace pando::log

@@ -1,0 +1,201 @@
+#include "daemon/config.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include "proto/request_validation.h"
+
+namespace pando::daemon {
+
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::TextFormat;
+
+class CollectErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit CollectErrors(std::string origin) : origin_(std::move(origin)) {}
+  void AddError(int line, int column, const std::string& message) override {
+    if (first_.empty()) first_ = fmt::format("{}:{}:{}: {}", origin_, line + 1, column + 1, message);
+  }
+  void AddWarning(int, int, const std::string&) override {}
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string origin_;
+  std::string first_;
+};
+
+// Reports semantic errors at the line of the offending field.
+class Checker {
+ public:
+  Checker(std::string origin, const TextFormat::ParseInfoTree& tree)
+      : origin_(std::move(origin)), tree_(tree) {}
+
+  [[noreturn]] void fail(const std::vector<std::string>& field_path, int index,
+                         const std::string& message) const {
+    const TextFormat::ParseInfoTree* tree = &tree_;
+    int line = -1;
+    const google::protobuf::Descriptor* descriptor = DaemonConfig::descriptor();
+    for (size_t i = 0; i < field_path.size(); ++i) {
+      const FieldDescriptor* field = descriptor->FindFieldByName(field_path[i]);
+      if (field == nullptr || tree == nullptr) break;
+      const bool last = i + 1 == field_path.size();
+      if (last) {
+        const auto location = tree->GetLocation(field, field->is_repeated() ? std::max(index, 0) : -1);
+        line = location.line;
+      } else {
+        const auto location = tree->GetLocation(field, -1);
+        if (location.line >= 0) line = location.line;
+        tree = tree->GetTreeForNested(field, -1);
+        descriptor = field->message_type();
+      }
+    }
+    std::string name;
+    for (const auto& part : field_path) name += (name.empty() ? "" : ".") + part;
+    if (index >= 0) name += fmt::format("[{}]", index);
+    if (line >= 0) {
+      throw ConfigError(fmt::format("{}:{}: {}: {}", origin_, line + 1, name, message));
+    }
+    throw ConfigError(fmt::format("{}: {}: {}", origin_, name, message));
+  }
+
+ private:
+  std::string origin_;
+  const TextFormat::ParseInfoTree& tree_;
+};
+
+bool is_absolute_normalized(const std::string& path) {
+  return wire::check_project_root_string(path).code == pando::helper::v1::ERROR_UNSPECIFIED;
+}
+
+void check_role(const Checker& checker, const std::string& name, RoleConfig* role) {
+  if (role->user().empty()) checker.fail({name, "user"}, -1, "must name the role's user");
+  if (role->argv().empty()) checker.fail({name, "argv"}, -1, "must give the command to run");
+  if (!is_absolute_normalized(role->argv(0))) {
+    checker.fail({name, "argv"}, 0, "the program must be an absolute, normalized path");
+  }
+  for (int i = 0; i < role->runtime_paths_size(); ++i) {
+    if (!is_absolute_normalized(role->runtime_paths(i))) {
+      checker.fail({name, "runtime_paths"}, i, "must be an absolute, normalized path");
+    }
+  }
+  for (int i = 0; i < role->hidden_files_size(); ++i) {
+    const std::string& pattern = role->hidden_files(i);
+    if (pattern.empty() || pattern.find('/') != std::string::npos) {
+      checker.fail({name, "hidden_files"}, i, "must be a non-empty file name pattern without '/'");
+    }
+  }
+  if (role->hidden_files().empty()) {
+    role->add_hidden_files(".env");
+    role->add_hidden_files(".env.*");
+  }
+  if (!role->has_locale()) role->set_locale("C.UTF-8");
+  if (role->locale().find_first_of("\n\0=", 0, 3) != std::string::npos) {
+    checker.fail({name, "locale"}, -1, "must not contain '=', NUL or newlines");
+  }
+  auto* limits = role->mutable_limits();
+  if (!limits->has_memory_max_bytes()) limits->set_memory_max_bytes(4ULL << 30);
+  if (!limits->has_swap_max_bytes()) limits->set_swap_max_bytes(0);
+  if (!limits->has_pids_max()) limits->set_pids_max(512);
+  if (!limits->has_cpu_max_percent()) limits->set_cpu_max_percent(200);
+  if (!limits->has_rlimit_nofile()) limits->set_rlimit_nofile(4096);
+  if (!limits->has_rlimit_core()) limits->set_rlimit_core(0);
+  if (limits->memory_max_bytes() < (16ULL << 20)) {
+    checker.fail({name, "limits", "memory_max_bytes"}, -1, "must be at least 16 MiB");
+  }
+  if (limits->pids_max() < 2) checker.fail({name, "limits", "pids_max"}, -1, "must be at least 2");
+  if (limits->cpu_max_percent() < 1) {
+    checker.fail({name, "limits", "cpu_max_percent"}, -1, "must be at least 1");
+  }
+  if (limits->rlimit_nofile() < 16) {
+    checker.fail({name, "limits", "rlimit_nofile"}, -1, "must be at least 16");
+  }
+}
+
+}  // namespace
+
+DaemonConfig parse_config(const std::string& text, const std::string& origin) {
+  DaemonConfig config;
+  TextFormat::Parser parser;
+  CollectErrors errors(origin);
+  TextFormat::ParseInfoTree tree;
+  parser.RecordErrorsTo(&errors);
+  parser.WriteLocationsTo(&tree);
+  if (!parser.ParseFromString(text, &config)) {
+    throw ConfigError(errors.first().empty() ? origin + ": does not parse" : errors.first());
+  }
+  const Checker checker(origin, tree);
+
+  if (!config.has_socket_path()) config.set_socket_path(kDefaultSocketPath);
+  if (!is_absolute_normalized(config.socket_path())) {
+    checker.fail({"socket_path"}, -1, "must be an absolute, normalized path");
+  }
+  if (!config.has_socket_mode()) config.set_socket_mode(0666);
+  if (config.socket_mode() & ~0777U) checker.fail({"socket_mode"}, -1, "must be within 0777");
+  if (!config.has_max_sessions()) config.set_max_sessions(64);
+  if (!config.has_max_sessions_per_uid()) config.set_max_sessions_per_uid(16);
+  if (config.max_sessions() == 0) checker.fail({"max_sessions"}, -1, "must be at least 1");
+  if (config.max_sessions_per_uid() == 0) {
+    checker.fail({"max_sessions_per_uid"}, -1, "must be at least 1");
+  }
+  if (!config.has_handshake_timeout_ms()) config.set_handshake_timeout_ms(5000);
+  if (config.handshake_timeout_ms() < 10 || config.handshake_timeout_ms() > 600000) {
+    checker.fail({"handshake_timeout_ms"}, -1, "must be between 10 and 600000");
+  }
+  if (!config.has_log_level()) config.set_log_level("info");
+  static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error"};
+  if (std::find(std::begin(kLevels), std::end(kLevels), config.log_level()) == std::end(kLevels)) {
+    checker.fail({"log_level"}, -1, "must be one of trace, debug, info, warn, error");
+  }
+  if (config.has_log_file() && !is_absolute_normalized(config.log_file())) {
+    checker.fail({"log_file"}, -1, "must be an absolute, normalized path");
+  }
+  if (!config.has_sandbox_helper_path()) config.set_sandbox_helper_path(PANDO_DEFAULT_SANDBOX_HELPER);
+  if (!is_absolute_normalized(config.sandbox_helper_path())) {
+    checker.fail({"sandbox_helper_path"}, -1, "must be an absolute, normalized path");
+  }
+  if (!config.has_core()) checker.fail({"core"}, -1, "the core role must be configured");
+  if (!config.has_workspace()) checker.fail({"workspace"}, -1, "the workspace role must be configured");
+  check_role(checker, "core", config.mutable_core());
+  check_role(checker, "workspace", config.mutable_workspace());
+  auto* cgroups = config.mutable_cgroups();
+  if (!cgroups->has_parent()) cgroups->set_parent("pando-helper");
+  const std::string& parent = cgroups->parent();
+  if (parent.empty() || parent.front() == '/' ||
+      !is_absolute_normalized("/" + parent)) {
+    checker.fail({"cgroups", "parent"}, -1, "must be a relative, normalized path");
+  }
+  return config;
+}
+
+DaemonConfig load_config(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) throw ConfigError(path + ": cannot be opened: " + std::strerror(errno));
+  struct stat st {};
+  std::string text;
+  const bool stat_ok = fstat(fd, &st) == 0;
+  if (stat_ok && S_ISREG(st.st_mode)) {
+    char buffer[65536];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0) text.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  if (!stat_ok || !S_ISREG(st.st_mode)) throw ConfigError(path + ": not a regular file");
+  // The config names what runs as the role users: only root may write it.
+  if (geteuid() == 0 && (st.st_uid != 0 || (st.st_mode & 022) != 0)) {
+    throw ConfigError(path + ": must be owned by root and writable only by root");
+  }
+  return parse_config(text, path);
+}
+
+}  // namespace pando::daemon

@@ -1,0 +1,26 @@
+#pragma once
+
+#include <string>
+
+#include "proto/config.pb.h"
+
+namespace pando::daemon {
+
+using pando::helper::config::v1::DaemonConfig;
+using pando::helper::config::v1::RoleConfig;
+
+inline constexpr const char* kDefaultSocketPath = "/run/pando/helper.sock";
+
+// Parses the protobuf text config at `path`, fills in defaults, and validates
+// it. Throws ConfigError whose message names the file, line and field.
+DaemonConfig load_config(const std::string& path);
+
+// Same, from text (for tests). `origin` names the source in messages.
+DaemonConfig parse_config(const std::string& text, const std::string& origin);
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace pando::daemon

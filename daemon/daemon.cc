@@ -1,0 +1,389 @@
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "common/json_log.h"
+#include "daemon/project_root.h"
+#include "daemon/sandbox/landlock.h"
+#include "daemon/sandbox/mounts.h"
+#include "daemon/service_manager.h"
+#include "daemon/session.h"
+
+namespace pando::daemon {
+
+namespace asio = boost::asio;
+namespace v1 = pando::helper::v1;
+using Protocol = asio::local::stream_protocol;
+
+namespace {
+
+// Connections still in their handshake, beyond the session limit, before new
+// ones are refused outright.
+constexpr unsigned kHandshakeSlack = 64;
+constexpr auto kShutdownGrace = std::chrono::seconds(5);
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::runtime_error(what + ": " + std::strerror(errno));
+}
+
+// The socket's directory must be root's alone, or a local user could swap the
+// socket for one of their own.
+void ensure_socket_dir(const std::string& dir) {
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) fail("mkdir " + dir);
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0) fail("stat " + dir);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
+    throw std::runtime_error(dir + " must be a directory owned by root and writable only by root");
+  }
+}
+
+bool daemon_answers(const std::string& path) {
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  return connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonConfig config, DaemonOptions options)
+    : config_(std::move(config)),
+      options_(std::move(options)),
+      acceptor_(io_),
+      signals_(io_, SIGTERM, SIGINT),
+      shutdown_timer_(io_),
+      idle_timer_(io_),
+      cgroup_retry_timer_(io_) {}
+
+Daemon::~Daemon() {
+  if (owns_socket_file_) unlink(socket_path_.c_str());
+}
+
+const RoleConfig& Daemon::role_config(const std::string& role) const {
+  return role == "core" ? config_.core() : config_.workspace();
+}
+
+void Daemon::open_launcher() {
+  const std::string& path = config_.sandbox_helper_path();
+  launcher_.reset(open(path.c_str(), O_PATH | O_CLOEXEC));
+  if (!launcher_.valid()) fail("sandbox helper " + path);
+  struct stat st {};
+  if (fstat(launcher_.get(), &st) != 0) fail("stat " + path);
+  if (!S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
+    throw std::runtime_error("sandbox helper " + path +
+                             " must be a regular file owned by root and writable only by root");
+  }
+}
+
+void Daemon::set_up_socket() {
+  if (auto fd = take_socket_activation_fd()) {
+    socket_activated_ = true;
+    acceptor_.assign(Protocol(), *fd);
+    socket_path_ = "(socket activation)";
+    return;
+  }
+  socket_path_ = options_.socket_override.value_or(config_.socket_path());
+  const auto slash = socket_path_.rfind('/');
+  if (slash == std::string::npos || slash == 0) {
+    throw std::runtime_error("socket path " + socket_path_ + " must be inside a directory");
+  }
+  if (socket_path_.size() >= sizeof(sockaddr_un::sun_path)) {
+    throw std::runtime_error("socket path " + socket_path_ + " is too long");
+  }
+  ensure_socket_dir(socket_path_.substr(0, slash));
+
+  struct stat st {};
+  if (lstat(socket_path_.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      throw std::runtime_error(socket_path_ + " exists and is not a socket; not replacing it");
+    }
+    if (daemon_answers(socket_path_)) {
+      throw std::runtime_error("another daemon already answers on " + socket_path_);
+    }
+    log::info("stale_socket_replaced", {{"path", socket_path_}});
+  }
+  // Bind under a temporary name with the final mode and group, then rename()
+  // over the final path: clients never see a socket with the wrong mode, and a
+  // stale file is replaced atomically.
+  const std::string temp = fmt::format("{}.{}.tmp", socket_path_, getpid());
+  unlink(temp.c_str());
+  Protocol::acceptor acceptor(io_);
+  acceptor.open();
+  const mode_t old_umask = umask(0777);
+  boost::system::error_code ec;
+  acceptor.bind(Protocol::endpoint(temp), ec);
+  umask(old_umask);
+  if (ec) throw std::runtime_error("bind " + temp + ": " + ec.message());
+  gid_t group = 0;
+  if (config_.has_socket_group() && !config_.socket_group().empty()) {
+    struct group* gr = getgrnam(config_.socket_group().c_str());
+    if (gr == nullptr) {
+      unlink(temp.c_str());
+      throw std::runtime_error("socket_group " + config_.socket_group() + " does not exist");
+    }
+    group = gr->gr_gid;
+  }
+  if (chown(temp.c_str(), 0, group) != 0 || chmod(temp.c_str(), config_.socket_mode()) != 0) {
+    const int err = errno;
+    unlink(temp.c_str());
+    errno = err;
+    fail("chmod/chown " + temp);
+  }
+  if (rename(temp.c_str(), socket_path_.c_str()) != 0) {
+    const int err = errno;
+    unlink(temp.c_str());
+    errno = err;
+    fail("rename onto " + socket_path_);
+  }
+  owns_socket_file_ = true;
+  acceptor.listen(SOMAXCONN);
+  acceptor_ = std::move(acceptor);
+}
+
+int Daemon::run() {
+  signal(SIGPIPE, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  open_launcher();
+  cgroups_.emplace(CgroupManager::detect(config_.cgroups()));
+  log::info("cgroups_detected", {{"mode", std::string(cgroups_->mode() == CgroupMode::kUnified ? "v2"
+                                                      : cgroups_->mode() == CgroupMode::kLegacy ? "v1"
+                                                                                                : "none")},
+                                 {"detail", cgroups_->detail()}});
+  if (cgroups_->mode() != CgroupMode::kNone) {
+    for (const auto& name : cgroups_->remove_stale_sessions()) {
+      log::warn("stale_session_removed", {{"cgroup", name}});
+    }
+  } else if (!config_.cgroups().allow_unlimited()) {
+    log::error("cgroups_unavailable", {{"detail", cgroups_->detail()},
+                                       {"effect", std::string_view("every launch will be refused")}});
+  }
+  set_up_socket();
+  signals_.async_wait([this](const boost::system::error_code& ec, int signo) {
+    if (!ec) on_signal(signo);
+  });
+  log::info("listening", {{"socket", socket_path_},
+                          {"version", std::string_view(PANDO_VERSION)},
+                          {"landlock_abi", sandbox::landlock_abi_version()}});
+  accept_next();
+  arm_idle_timer();
+  notify("READY=1");
+  io_.run();
+  log::info("stopped");
+  return 0;
+}
+
+void Daemon::accept_next() {
+  acceptor_.async_accept([this](const boost::system::error_code& ec, Protocol::socket socket) {
+    if (shutting_down_) return;
+    if (ec) {
+      log::warn("accept_failed", {{"error", ec.message()}});
+      if (ec == asio::error::operation_aborted) return;
+      return accept_next();
+    }
+    PeerIdentity peer;
+    try {
+      peer = read_peer_identity(socket.native_handle());
+    } catch (const std::exception& e) {
+      log::warn("peer_unknown", {{"error", std::string(e.what())}});
+      return accept_next();
+    }
+    auto session = std::make_shared<Session>(*this, std::move(socket), peer, new_session_id());
+    if (sessions_.size() >= config_.max_sessions() + kHandshakeSlack) {
+      log::warn("connection_refused", {{"uid", static_cast<int64_t>(peer.uid)},
+                                       {"reason", std::string_view("too many connections")}});
+      sessions_.insert(session);
+      session->reject(v1::ERROR_TOO_MANY_SESSIONS, "the daemon has too many open connections");
+    } else {
+      sessions_.insert(session);
+      idle_timer_.cancel();
+      session->start();
+    }
+    accept_next();
+  });
+}
+
+std::string Daemon::new_session_id() {
+  uint8_t bytes[8];
+  if (getrandom(bytes, sizeof(bytes), 0) != sizeof(bytes)) fail("getrandom");
+  std::string id;
+  for (uint8_t b : bytes) id += fmt::format("{:02x}", b);
+  return id;
+}
+
+std::optional<wire::RequestError> Daemon::reserve_session(uid_t uid) {
+  if (live_sessions_ >= config_.max_sessions()) {
+    return wire::RequestError{v1::ERROR_TOO_MANY_SESSIONS,
+                              fmt::format("the daemon already runs {} sessions (its limit)",
+                                          live_sessions_)};
+  }
+  if (sessions_per_uid_[uid] >= config_.max_sessions_per_uid()) {
+    return wire::RequestError{v1::ERROR_TOO_MANY_SESSIONS_FOR_USER,
+                              fmt::format("you already run {} sessions (the per-user limit)",
+                                          sessions_per_uid_[uid])};
+  }
+  ++live_sessions_;
+  ++sessions_per_uid_[uid];
+  return std::nullopt;
+}
+
+void Daemon::release_session(uid_t uid) {
+  --live_sessions_;
+  if (--sessions_per_uid_[uid] == 0) sessions_per_uid_.erase(uid);
+}
+
+std::unique_ptr<SessionCgroup> Daemon::create_session_cgroup(const std::string& session_id,
+                                                             const RoleConfig& role) {
+  if (cgroups_->mode() == CgroupMode::kNone) {
+    if (!config_.cgroups().allow_unlimited()) {
+      throw std::runtime_error("no usable cgroup controller (" + cgroups_->detail() +
+                               "); launches are refused unless the config allows running without "
+                               "limits");
+    }
+    log::warn("session_without_limits", {{"session", session_id}, {"detail", cgroups_->detail()}});
+    return nullptr;
+  }
+  return cgroups_->create_session(session_id, CgroupManager::limits_from_config(role.limits()));
+}
+
+void Daemon::defer_cgroup_removal(std::unique_ptr<SessionCgroup> cgroup) {
+  deferred_cgroups_.push_back(std::move(cgroup));
+  retry_deferred_cgroups();
+}
+
+void Daemon::retry_deferred_cgroups() {
+  std::erase_if(deferred_cgroups_, [](const std::unique_ptr<SessionCgroup>& cgroup) {
+    try {
+      return cgroup->remove();
+    } catch (const std::exception& e) {
+      log::error("cgroup_remove_failed", {{"cgroup", cgroup->describe()}, {"error", std::string(e.what())}});
+      return true;
+    }
+  });
+  if (deferred_cgroups_.empty()) return;
+  cgroup_retry_timer_.expires_after(std::chrono::milliseconds(50));
+  cgroup_retry_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) retry_deferred_cgroups();
+  });
+}
+
+void Daemon::session_closed(Session* session) {
+  for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+    if (it->get() == session) {
+      // Destroy the session after its current handler returns.
+      asio::post(io_, [keep = *it]() {});
+      sessions_.erase(it);
+      break;
+    }
+  }
+  if (shutting_down_) return finish_if_drained();
+  arm_idle_timer();
+}
+
+void Daemon::arm_idle_timer() {
+  if (!socket_activated_ || config_.idle_exit_seconds() == 0 || !sessions_.empty()) return;
+  idle_timer_.expires_after(std::chrono::seconds(config_.idle_exit_seconds()));
+  idle_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || !sessions_.empty()) return;
+    log::info("idle_exit", {{"idle_seconds", config_.idle_exit_seconds()}});
+    begin_shutdown();
+  });
+}
+
+void Daemon::on_signal(int signo) {
+  log::info("signal_received", {{"signal", signo}});
+  begin_shutdown();
+}
+
+void Daemon::begin_shutdown() {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  try {
+    notify("STOPPING=1");
+  } catch (const std::exception& e) {
+    log::warn("notify_failed", {{"error", std::string(e.what())}});
+  }
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  if (owns_socket_file_) {
+    unlink(socket_path_.c_str());
+    owns_socket_file_ = false;
+  }
+  idle_timer_.cancel();
+  signals_.cancel(ignored);
+  const auto live = sessions_;
+  for (const auto& session : live) session->shut_down();
+  shutdown_timer_.expires_after(kShutdownGrace);
+  shutdown_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    log::warn("shutdown_forced", {{"sessions_left", static_cast<uint64_t>(sessions_.size())}});
+    io_.stop();
+  });
+  finish_if_drained();
+}
+
+void Daemon::finish_if_drained() {
+  if (!sessions_.empty()) return;
+  retry_deferred_cgroups();
+  shutdown_timer_.cancel();
+  cgroup_retry_timer_.cancel();
+  io_.stop();
+}
+
+v1::Status Daemon::status(const PeerIdentity& peer, const std::string& project_root) {
+  v1::Status status;
+  status.set_version(PANDO_VERSION);
+  status.set_live_sessions(live_sessions_);
+  auto add = [&status](const std::string& name, bool available, const std::string& detail) {
+    auto* layer = status.add_layers();
+    layer->set_name(name);
+    layer->set_available(available);
+    layer->set_detail(detail);
+  };
+  add("namespaces", true, "mount, pid, net, ipc, uts, cgroup (new for every session)");
+  add("seccomp", true, "deny-list filter, non-native ABIs killed");
+  const int abi = sandbox::landlock_abi_version();
+  add("landlock", abi > 0, sandbox::landlock_status_detail());
+  add("cgroups", cgroups_->mode() != CgroupMode::kNone, cgroups_->detail());
+  if (!project_root.empty()) {
+    const auto error = wire::check_project_root_string(project_root);
+    if (error.code != v1::ERROR_UNSPECIFIED) {
+      add("idmapped_mounts", false, project_root + ": " + error.message);
+      return status;
+    }
+    UniqueFd dir;
+    int open_errno = 0;
+    {
+      CallerFsIdentity as_caller(peer);
+      dir.reset(open_dir_no_symlinks(AT_FDCWD, project_root));
+      open_errno = errno;
+    }
+    if (!dir.valid()) {
+      add("idmapped_mounts", false, project_root + ": " + std::strerror(open_errno));
+      return status;
+    }
+    const RoleConfig& role = config_.workspace();
+    struct passwd* pw = getpwnam(role.user().c_str());
+    const uid_t role_uid = pw != nullptr ? pw->pw_uid : 65534;
+    const gid_t role_gid = pw != nullptr ? pw->pw_gid : 65534;
+    const auto check = sandbox::check_idmap_support(dir.get(), peer.uid, peer.gid, role_uid, role_gid);
+    add("idmapped_mounts", check.supported, project_root + ": " + check.detail);
+  }
+  return status;
+}
+
+}  // namespace pando::daemon

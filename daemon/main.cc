@@ -1,0 +1,72 @@
+// pando-helperd: the privileged daemon. See README.md and SECURITY.md.
+
+#include <unistd.h>
+
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "common/json_log.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: pando-helperd --config FILE [--socket PATH] [--foreground]\n"
+    "  --config FILE   daemon configuration (protobuf text format), owned by root\n"
+    "  --socket PATH   listen here instead of the config's socket_path\n"
+    "  --foreground    accepted for compatibility; the daemon never forks itself\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pando::daemon::DaemonOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "--config" || arg == "--socket") && i + 1 < argc) {
+      (arg == "--config" ? options.config_path : options.socket_override.emplace()) = argv[++i];
+    } else if (arg == "--foreground") {
+    } else if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      return 0;
+    } else if (arg == "--version") {
+      std::cout << "pando-helperd " << PANDO_VERSION << "\n";
+      return 0;
+    } else {
+      std::cerr << "pando-helperd: unknown argument " << arg << "\n" << kUsage;
+      return 64;
+    }
+  }
+  if (options.config_path.empty()) {
+    std::cerr << "pando-helperd: --config is required\n" << kUsage;
+    return 64;
+  }
+  if (geteuid() != 0) {
+    std::cerr << "pando-helperd: must run as root\n";
+    return 77;
+  }
+  pando::daemon::DaemonConfig config;
+  try {
+    config = pando::daemon::load_config(options.config_path);
+  } catch (const std::exception& e) {
+    std::cerr << "pando-helperd: invalid config: " << e.what() << "\n";
+    return 78;
+  }
+  try {
+    pando::log::init("security_helper_daemon", config.log_file(),
+                     spdlog::level::from_str(config.log_level()));
+  } catch (const std::exception& e) {
+    std::cerr << "pando-helperd: cannot open log " << config.log_file() << ": " << e.what() << "\n";
+    return 78;
+  }
+  try {
+    pando::daemon::Daemon daemon(std::move(config), std::move(options));
+    return daemon.run();
+  } catch (const std::exception& e) {
+    pando::log::error("start_failed", {{"error", std::string(e.what())}});
+    std::cerr << "pando-helperd: " << e.what() << "\n";
+    return 1;
+  }
+}

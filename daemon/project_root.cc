@@ -1,0 +1,164 @@
+#include "daemon/project_root.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace pando::daemon {
+
+namespace v1 = pando::helper::v1;
+using wire::RequestError;
+
+namespace {
+
+// Trees no project may be, or be inside of.
+constexpr const char* kSystemTrees[] = {"/etc",  "/usr", "/proc", "/sys",  "/dev",   "/run",
+                                        "/boot", "/root", "/bin", "/sbin", "/lib",   "/lib32",
+                                        "/lib64", "/libx32", "/var/lib", "/var/log", "/var/run",
+                                        "/snap", "/nix", "/lost+found"};
+// Directories that may hold projects but are never one themselves.
+constexpr const char* kContainers[] = {"/",    "/home", "/var", "/tmp",  "/srv",
+                                       "/opt", "/mnt",  "/media", "/Users", "/var/tmp"};
+
+bool is_same_or_under(const std::string& path, const std::string& tree) {
+  return path == tree || (path.size() > tree.size() && path.compare(0, tree.size(), tree) == 0 &&
+                          path[tree.size()] == '/');
+}
+
+RequestError ok() { return {v1::ERROR_UNSPECIFIED, ""}; }
+
+RequestError from_errno(int err, const std::string& what) {
+  switch (err) {
+    case ENOENT:
+      return {v1::ERROR_PATH_NOT_FOUND, what + " does not exist"};
+    case ELOOP:
+      return {v1::ERROR_PATH_SYMLINK, what + " has a symbolic link in it (not followed)"};
+    case ENOTDIR:
+      return {v1::ERROR_PATH_NOT_DIRECTORY, what + " is not a directory"};
+    case EACCES:
+    case EPERM:
+      return {v1::ERROR_PATH_ACCESS_DENIED, what + " is not reachable with your permissions"};
+    case EXDEV:
+      return {v1::ERROR_PATH_SYMLINK, what + " escapes its parent"};
+    default:
+      return {v1::ERROR_PATH_NOT_FOUND, what + ": " + std::strerror(err)};
+  }
+}
+
+std::string home_of(uid_t uid) {
+  struct passwd pw {};
+  struct passwd* result = nullptr;
+  std::vector<char> buffer(16384);
+  if (getpwuid_r(uid, &pw, buffer.data(), buffer.size(), &result) != 0 || result == nullptr) {
+    return {};
+  }
+  return pw.pw_dir != nullptr ? pw.pw_dir : "";
+}
+
+// Makes (as the caller, through CallerFsIdentity) and opens `name` below
+// `parent`, refusing anything that is not a directory owned by the caller.
+std::variant<UniqueFd, RequestError> make_owned_dir(int parent, const std::string& name,
+                                                    uid_t caller, const std::string& shown) {
+  if (mkdirat(parent, name.c_str(), 0700) != 0 && errno != EEXIST) {
+    return from_errno(errno, shown);
+  }
+  UniqueFd fd(open_dir_no_symlinks(parent, name));
+  if (!fd.valid()) return from_errno(errno, shown);
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return from_errno(errno, shown);
+  if (st.st_uid != caller) return RequestError{v1::ERROR_PATH_NOT_OWNED, shown + " is not yours"};
+  return fd;
+}
+
+}  // namespace
+
+int open_dir_no_symlinks(int dirfd, const std::string& path) {
+  struct open_how how {};
+  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  if (dirfd != AT_FDCWD) how.resolve |= RESOLVE_BENEATH;
+  return static_cast<int>(syscall(SYS_openat2, dirfd, path.c_str(), &how, sizeof(how)));
+}
+
+RequestError check_location_allowed(const std::string& path, const std::string& caller_home) {
+  for (const char* tree : kSystemTrees) {
+    if (is_same_or_under(path, tree)) {
+      return {v1::ERROR_PATH_FORBIDDEN, path + " is a system location"};
+    }
+  }
+  for (const char* container : kContainers) {
+    if (path == container) return {v1::ERROR_PATH_FORBIDDEN, path + " is a system location"};
+  }
+  if (!caller_home.empty() && path == caller_home) {
+    return {v1::ERROR_PATH_FORBIDDEN, path + " is your home directory itself"};
+  }
+  // /home/<name> (and /Users/<name>) are home directories even when the
+  // caller's own is elsewhere.
+  for (const char* homes : {"/home/", "/Users/"}) {
+    const size_t n = std::strlen(homes);
+    if (path.compare(0, n, homes) == 0 && path.find('/', n) == std::string::npos) {
+      return {v1::ERROR_PATH_FORBIDDEN, path + " is a home directory itself"};
+    }
+  }
+  return ok();
+}
+
+std::variant<ResolvedProject, RequestError> resolve_project(const PeerIdentity& peer,
+                                                            const std::string& path,
+                                                            const std::string& role) {
+  const std::string caller_home = home_of(peer.uid);
+  if (RequestError error = check_location_allowed(path, caller_home); error.code != v1::ERROR_UNSPECIFIED) {
+    return error;
+  }
+  ResolvedProject project;
+  project.path = path;
+
+  CallerFsIdentity as_caller(peer);
+  project.root.reset(open_dir_no_symlinks(AT_FDCWD, path));
+  if (!project.root.valid()) return from_errno(errno, "project root " + path);
+  struct stat st {};
+  if (fstat(project.root.get(), &st) != 0) return from_errno(errno, "project root " + path);
+  if (!S_ISDIR(st.st_mode)) {
+    return RequestError{v1::ERROR_PATH_NOT_DIRECTORY, "project root " + path + " is not a directory"};
+  }
+  if (st.st_uid != peer.uid) {
+    return RequestError{v1::ERROR_PATH_NOT_OWNED,
+                        "project root " + path + " is not owned by you (uid " +
+                            std::to_string(peer.uid) + ")"};
+  }
+
+  auto top = make_owned_dir(project.root.get(), ".pando-sandbox", peer.uid,
+                            path + "/.pando-sandbox");
+  if (auto* error = std::get_if<RequestError>(&top)) return *error;
+  auto role_dir = make_owned_dir(std::get<UniqueFd>(top).get(), role, peer.uid,
+                                 path + "/.pando-sandbox/" + role);
+  if (auto* error = std::get_if<RequestError>(&role_dir)) return *error;
+  project.sandbox_dir = std::move(std::get<UniqueFd>(role_dir));
+  for (const char* sub : kSandboxSubdirs) {
+    auto dir = make_owned_dir(project.sandbox_dir.get(), sub, peer.uid,
+                              path + "/.pando-sandbox/" + role + "/" + sub);
+    if (auto* error = std::get_if<RequestError>(&dir)) return *error;
+  }
+
+  if (!caller_home.empty() && caller_home.front() == '/') {
+    const std::string auth = caller_home == "/" ? "/.pando-ai" : caller_home + "/.pando-ai";
+    UniqueFd fd(open_dir_no_symlinks(AT_FDCWD, auth));
+    struct stat auth_st {};
+    if (fd.valid() && fstat(fd.get(), &auth_st) == 0 && auth_st.st_uid == peer.uid) {
+      project.auth_home = std::move(fd);
+    } else if (fd.valid()) {
+      project.auth_home_note = auth + " is not owned by the caller; not mounted";
+    } else if (errno != ENOENT) {
+      project.auth_home_note = auth + ": " + std::strerror(errno) + "; not mounted";
+    }
+  }
+  return project;
+}
+
+}  // namespace pando::daemon

@@ -1,0 +1,41 @@
+#pragma once
+
+#include <string>
+#include <variant>
+
+#include "common/unique_fd.h"
+#include "daemon/peer_identity.h"
+#include "proto/request_validation.h"
+
+namespace pando::daemon {
+
+// The caller's project, resolved once. Everything after this works from the
+// fds, never from the path string again.
+struct ResolvedProject {
+  std::string path;           // the validated string, where it appears inside the sandbox
+  UniqueFd root;              // O_PATH directory fd
+  UniqueFd sandbox_dir;       // <project>/.pando-sandbox/<role>, O_PATH
+  UniqueFd auth_home;         // the caller's ~/.pando-ai, O_PATH; invalid when absent
+  std::string auth_home_note; // why an existing auth home was not used, for the log
+};
+
+// Subdirectories of <project>/.pando-sandbox/<role>/ the daemon creates.
+inline constexpr const char* kSandboxSubdirs[] = {"home", "tmp", "cache", "config", "data"};
+
+// Refuses system locations and home directories themselves (string check on
+// an already normalized path).
+wire::RequestError check_location_allowed(const std::string& path, const std::string& caller_home);
+
+// Resolves `path` with the caller's own filesystem identity and no symlinks
+// at any component, checks it is a directory the caller owns, then creates
+// (as the caller) and opens .pando-sandbox/<role>/ and its subdirectories, and
+// opens ~/.pando-ai when it exists and belongs to the caller.
+std::variant<ResolvedProject, wire::RequestError> resolve_project(const PeerIdentity& peer,
+                                                                  const std::string& path,
+                                                                  const std::string& role);
+
+// openat2() with RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS (and
+// RESOLVE_BENEATH when dirfd is not AT_FDCWD); O_PATH | O_DIRECTORY | O_CLOEXEC.
+int open_dir_no_symlinks(int dirfd, const std::string& path);
+
+}  // namespace pando::daemon

@@ -1,0 +1,155 @@
+// pando-helper-sandbox: started by pando-helperd for one session, as root, as
+// PID 1 of new mount, pid, network, IPC and UTS namespaces, already inside the
+// session's cgroups. It applies the confinement layers in the order below and
+// then stays behind as the session's init. SECURITY.md lists the same order.
+
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "daemon/sandbox/credentials.h"
+#include "daemon/sandbox/init.h"
+#include "daemon/sandbox/landlock.h"
+#include "daemon/sandbox/mounts.h"
+#include "daemon/sandbox/namespaces.h"
+#include "daemon/sandbox/process_state.h"
+#include "daemon/sandbox/seccomp.h"
+#include "daemon/sandbox/setup_error.h"
+#include "proto/sandbox.pb.h"
+
+namespace {
+
+namespace sb = pando::sandbox;
+namespace v1 = pando::helper::v1;
+using pando::helper::sandbox::v1::SandboxEvent;
+using pando::helper::sandbox::v1::SandboxPlan;
+
+constexpr size_t kMaxPlanBytes = 1 << 20;
+
+void send_event(const SandboxEvent& event) {
+  const std::string bytes = event.SerializeAsString();
+  (void)send(sb::kControlFd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+}
+
+void report_setup_failure(v1::ErrorCode code, const std::string& message) {
+  SandboxEvent event;
+  event.mutable_setup_failed()->set_code(code);
+  event.mutable_setup_failed()->set_message(message);
+  send_event(event);
+}
+
+SandboxPlan receive_plan() {
+  std::vector<char> buffer(kMaxPlanBytes);
+  ssize_t n;
+  do {
+    n = recv(sb::kControlFd, buffer.data(), buffer.size(), MSG_TRUNC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) sb::throw_errno("receiving the plan");
+  SandboxPlan plan;
+  if (n == 0 || static_cast<size_t>(n) > buffer.size() ||
+      !plan.ParseFromArray(buffer.data(), static_cast<int>(n))) {
+    throw sb::SetupError(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
+  }
+  return plan;
+}
+
+std::vector<char*> to_argv(google::protobuf::RepeatedPtrField<std::string>* items) {
+  std::vector<char*> out;
+  for (auto& item : *items) out.push_back(item.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// The role process: credentials, process state, Landlock, seccomp, exec.
+// A failure is written to `error_fd` (close-on-exec, so a successful exec
+// leaves it empty) for init to report.
+[[noreturn]] void become_role(SandboxPlan& plan, int error_fd) {
+  try {
+    sb::drop_to_role_user(plan.ids());
+    if (chdir(plan.project_root().c_str()) != 0) sb::throw_errno("chdir to the project root");
+    sb::reset_process_state(plan, error_fd);
+    sb::apply_landlock(plan);
+    sb::install_seccomp_filter();
+  } catch (const sb::SetupError& e) {
+    const std::string line = std::to_string(e.code()) + " " + e.what();
+    (void)write(error_fd, line.data(), line.size());
+    _exit(127);
+  }
+  std::vector<char*> argv = to_argv(plan.mutable_argv());
+  std::vector<char*> envp = to_argv(plan.mutable_env());
+  execve(argv[0], argv.data(), envp.data());
+  const std::string line = std::to_string(v1::ERROR_LAUNCH_FAILED) + " cannot execute " +
+                           plan.argv(0) + ": " + std::strerror(errno);
+  (void)write(error_fd, line.data(), line.size());
+  _exit(127);
+}
+
+// Reads what the role process wrote to its error pipe before exec; empty
+// when exec succeeded.
+void check_role_started(int error_read_fd) {
+  char buffer[1024];
+  ssize_t n;
+  do {
+    n = read(error_read_fd, buffer, sizeof(buffer) - 1);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return;
+  buffer[n] = '\0';
+  char* message = nullptr;
+  const long code = std::strtol(buffer, &message, 10);
+  if (message != nullptr && *message == ' ') ++message;
+  throw sb::SetupError(static_cast<v1::ErrorCode>(code), message != nullptr ? message : "");
+}
+
+}  // namespace
+
+int main() {
+  // Not dumpable while root state and host fds are around.
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  pid_t role_pid = -1;
+  SandboxPlan plan;
+  try {
+    plan = receive_plan();
+    sb::finish_namespaces();
+    sb::build_filesystem_view(plan);
+
+    int error_pipe[2];
+    if (pipe2(error_pipe, O_CLOEXEC) != 0) sb::throw_errno("pipe2");
+    sb::block_init_signals();
+    role_pid = fork();
+    if (role_pid < 0) sb::throw_errno("fork");
+    if (role_pid == 0) {
+      close(error_pipe[0]);
+      become_role(plan, error_pipe[1]);
+    }
+    close(error_pipe[1]);
+    check_role_started(error_pipe[0]);
+    close(error_pipe[0]);
+
+    // Init keeps nothing of the session's stdio (so EOF follows the role's
+    // tree alone) and no privilege it does not need.
+    const int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull < 0) sb::throw_errno("open /dev/null");
+    for (int fd = 0; fd <= 2; ++fd) {
+      if (dup2(devnull, fd) < 0) sb::throw_errno("dup2 /dev/null");
+    }
+    close(devnull);
+    sb::drop_to_role_user(plan.ids());
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  } catch (const sb::SetupError& e) {
+    report_setup_failure(e.code(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    report_setup_failure(v1::ERROR_LAUNCH_FAILED, e.what());
+    return 1;
+  }
+  SandboxEvent started;
+  started.mutable_started()->set_role_pid(role_pid);
+  send_event(started);
+  sb::run_init(role_pid, sb::kControlFd);
+}

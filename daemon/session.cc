@@ -1,0 +1,692 @@
+#include "daemon/session.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/json_log.h"
+#include "daemon/daemon.h"
+#include "daemon/plan.h"
+#include "daemon/project_root.h"
+
+namespace pando::daemon {
+
+namespace asio = boost::asio;
+namespace v1 = pando::helper::v1;
+namespace sbv1 = pando::helper::sandbox::v1;
+
+namespace {
+
+// Frames up to this size are copied through user space in one read + send;
+// larger ones are spliced from the pipe into the socket.
+constexpr uint32_t kCopyFrameBytes = 16 * 1024;
+
+int signal_number(v1::Signal signal) {
+  switch (signal) {
+    case v1::SIGNAL_INT:
+      return SIGINT;
+    case v1::SIGNAL_TERM:
+      return SIGTERM;
+    case v1::SIGNAL_HUP:
+      return SIGHUP;
+    default:
+      return 0;
+  }
+}
+
+bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
+
+}  // namespace
+
+Session::Session(Daemon& daemon, Socket socket, PeerIdentity peer, std::string id)
+    : daemon_(daemon),
+      socket_(std::move(socket)),
+      peer_(std::move(peer)),
+      id_(std::move(id)),
+      handshake_timer_(daemon.io()),
+      started_at_(std::chrono::steady_clock::now()),
+      control_(daemon.io()),
+      pidfd_(daemon.io()),
+      stdin_(daemon.io()),
+      stdout_(daemon.io()),
+      stderr_(daemon.io()) {
+  stderr_.frame_type = v1::FRAME_STDERR_DATA;
+}
+
+Session::~Session() {
+  if (reserved_) daemon_.release_session(peer_.uid);
+}
+
+void Session::start() {
+  socket_.non_blocking(true);
+  handshake_timer_.expires_after(std::chrono::milliseconds(daemon_.config().handshake_timeout_ms()));
+  handshake_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || self->state_ == State::kClosed) return;
+    if (self->state_ == State::kPreface || self->state_ == State::kRequest) {
+      self->reject(v1::ERROR_HANDSHAKE_TIMEOUT, "no launch request within the handshake timeout");
+    }
+  });
+  read_preface();
+}
+
+void Session::read_preface() {
+  asio::async_read(socket_, asio::buffer(preface_),
+                   [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                     if (self->state_ == State::kClosed) return;
+                     if (ec) return self->close();
+                     switch (wire::check_preface(self->preface_)) {
+                       case wire::PrefaceCheck::kBadMagic:
+                         return self->reject(v1::ERROR_BAD_PREFACE,
+                                             "this is not a pando-helper client (bad preface)");
+                       case wire::PrefaceCheck::kUnsupportedVersion:
+                         return self->reject(v1::ERROR_UNSUPPORTED_VERSION,
+                                             fmt::format("protocol version not supported; this "
+                                                         "daemon speaks version {}",
+                                                         wire::kProtocolVersion));
+                       case wire::PrefaceCheck::kOk:
+                         self->state_ = State::kRequest;
+                         return self->read_request_header();
+                     }
+                   });
+}
+
+void Session::read_request_header() {
+  asio::async_read(
+      socket_, asio::buffer(header_),
+      [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+        if (self->state_ == State::kClosed) return;
+        if (ec) return self->close();
+        const wire::FrameHeader header = wire::decode_header(self->header_);
+        if (header.type != v1::FRAME_LAUNCH_REQUEST && header.type != v1::FRAME_STATUS_REQUEST) {
+          return self->reject(v1::ERROR_UNEXPECTED_FRAME,
+                              fmt::format("expected a launch request, got frame type {}",
+                                          header.type));
+        }
+        if (header.length > wire::max_payload(header.type)) {
+          return self->reject(v1::ERROR_FRAME_TOO_LARGE,
+                              fmt::format("frame of {} bytes is over the {} byte cap",
+                                          header.length, wire::max_payload(header.type)));
+        }
+        self->read_request_payload(header.type, header.length);
+      });
+}
+
+void Session::read_request_payload(uint8_t type, uint32_t length) {
+  request_payload_.resize(length);
+  asio::async_read(socket_, asio::buffer(request_payload_),
+                   [self = shared_from_this(), type](const boost::system::error_code& ec, size_t) {
+                     if (self->state_ == State::kClosed) return;
+                     if (ec) return self->close();
+                     if (type == v1::FRAME_STATUS_REQUEST) {
+                       return self->handle_status_request(self->request_payload_);
+                     }
+                     self->handle_launch_request(self->request_payload_);
+                   });
+}
+
+void Session::handle_status_request(const std::vector<uint8_t>& payload) {
+  handshake_timer_.cancel();
+  v1::StatusRequest request;
+  if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    return reject(v1::ERROR_MALFORMED_REQUEST, "status request does not parse");
+  }
+  const v1::Status status = daemon_.status(peer_, request.project_root());
+  const auto frame = wire::encode_message_frame(v1::FRAME_STATUS, status);
+  state_ = State::kClosed;
+  asio::async_write(socket_, asio::buffer(frame),
+                    [self = shared_from_this(), keep = std::make_shared<std::vector<uint8_t>>(frame)](
+                        const boost::system::error_code&, size_t) { self->close(); });
+}
+
+void Session::handle_launch_request(const std::vector<uint8_t>& payload) {
+  handshake_timer_.cancel();
+  auto result = wire::validate_launch_request(payload);
+  if (auto* error = std::get_if<wire::RequestError>(&result)) {
+    return reject(error->code, error->message);
+  }
+  const auto& request = std::get<wire::ValidRequest>(result);
+  role_ = wire::role_name(request.role);
+  project_root_ = request.project_root;
+  log::info("launch_requested", {{"session", id_},
+                                 {"uid", static_cast<int64_t>(peer_.uid)},
+                                 {"pid", static_cast<int64_t>(peer_.pid)},
+                                 {"role", role_},
+                                 {"project_root", project_root_}});
+  if (auto error = launch(request)) return reject(error->code, error->message);
+  state_ = State::kStarting;
+  watch_hangup();
+  wait_for_control();
+}
+
+void Session::reject(v1::ErrorCode code, const std::string& message) {
+  if (state_ == State::kClosed) return;
+  const bool mid_session = launched_;
+  log::warn("launch_rejected", {{"session", id_},
+                                {"uid", static_cast<int64_t>(peer_.uid)},
+                                {"code", v1::ErrorCode_Name(code)},
+                                {"message", message}});
+  v1::Rejected rejected;
+  rejected.set_code(code);
+  rejected.set_message(message);
+  auto frame = std::make_shared<std::vector<uint8_t>>(
+      wire::encode_message_frame(v1::FRAME_REJECTED, rejected));
+  if (mid_session) {
+    // Whatever output was queued is dropped: the client broke the protocol.
+    end_reason_ = v1::END_PROTOCOL_ERROR;
+    kill_sandbox();
+  }
+  state_ = State::kClosed;
+  handshake_timer_.cancel();
+  socket_.non_blocking(false);
+  boost::system::error_code ignored;
+  asio::write(socket_, asio::buffer(*frame), ignored);
+  socket_.shutdown(Socket::shutdown_both, ignored);
+  close();
+}
+
+std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& request) {
+  if (daemon_.shutting_down()) {
+    return wire::RequestError{v1::ERROR_SHUTTING_DOWN, "the daemon is shutting down"};
+  }
+  if (auto error = daemon_.reserve_session(peer_.uid)) return error;
+  reserved_ = true;
+
+  const RoleConfig& role_config = request.role == v1::ROLE_CORE ? daemon_.config().core()
+                                                                : daemon_.config().workspace();
+  auto resolved = resolve_project(peer_, request.project_root, role_);
+  if (auto* error = std::get_if<wire::RequestError>(&resolved)) return *error;
+  auto& project = std::get<ResolvedProject>(resolved);
+  if (!project.auth_home_note.empty()) {
+    log::warn("auth_home_skipped", {{"session", id_}, {"reason", project.auth_home_note}});
+  }
+
+  auto plan = build_plan(id_, request.role, role_config, peer_, project, daemon_.config());
+  if (auto* error = std::get_if<wire::RequestError>(&plan)) return *error;
+  auto& sandbox_plan = std::get<sbv1::SandboxPlan>(plan);
+
+  try {
+    cgroup_ = daemon_.create_session_cgroup(id_, role_config);
+  } catch (const std::exception& e) {
+    return wire::RequestError{v1::ERROR_CGROUP_UNAVAILABLE, e.what()};
+  }
+  try {
+    sandbox_ = start_sandbox(daemon_.launcher_fd(), project);
+  } catch (const std::exception& e) {
+    return wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};
+  }
+  launched_ = true;
+  pidfd_.assign(sandbox_.pidfd.release());
+  pidfd_.async_wait(Descriptor::wait_read,
+                    [self = shared_from_this()](const boost::system::error_code& ec) {
+                      if (!ec) self->on_sandbox_exited();
+                    });
+  try {
+    if (cgroup_) cgroup_->add_process(sandbox_.pid);
+  } catch (const std::exception& e) {
+    kill_sandbox();
+    return wire::RequestError{v1::ERROR_CGROUP_UNAVAILABLE, e.what()};
+  }
+  const std::string bytes = sandbox_plan.SerializeAsString();
+  if (send(sandbox_.control.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(bytes.size())) {
+    const int err = errno;
+    kill_sandbox();
+    return wire::RequestError{v1::ERROR_LAUNCH_FAILED,
+                              std::string("cannot hand the plan to the launcher: ") + strerror(err)};
+  }
+  control_.assign(sandbox_.control.release());
+  stdin_.assign(sandbox_.stdin_write.release());
+  stdout_.descriptor.assign(sandbox_.stdout_read.release());
+  stderr_.descriptor.assign(sandbox_.stderr_read.release());
+  stdin_.non_blocking(true);
+  stdout_.descriptor.non_blocking(true);
+  stderr_.descriptor.non_blocking(true);
+  return std::nullopt;
+}
+
+void Session::wait_for_control() {
+  control_.async_wait(Descriptor::wait_read,
+                      [self = shared_from_this()](const boost::system::error_code& ec) {
+                        if (ec || !self->control_.is_open()) return;
+                        self->handle_control_events();
+                        if (self->control_.is_open()) self->wait_for_control();
+                      });
+}
+
+void Session::handle_control_events() {
+  std::array<char, 4096> buffer{};
+  for (;;) {
+    const ssize_t n = recv(control_.native_handle(), buffer.data(), buffer.size(), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && would_block(errno)) return;
+    if (n <= 0) {
+      // The launcher (init) is gone; its exit is handled through the pidfd.
+      boost::system::error_code ignored;
+      control_.close(ignored);
+      if (state_ == State::kStarting) {
+        reject(v1::ERROR_LAUNCH_FAILED, "the sandbox launcher exited during setup");
+      }
+      return;
+    }
+    sbv1::SandboxEvent event;
+    if (!event.ParseFromArray(buffer.data(), static_cast<int>(n))) continue;
+    handle_sandbox_event(event);
+    if (state_ == State::kClosed) return;
+  }
+}
+
+void Session::handle_sandbox_event(const sbv1::SandboxEvent& event) {
+  if (event.has_setup_failed() && state_ == State::kStarting) {
+    const auto code = static_cast<v1::ErrorCode>(event.setup_failed().code());
+    return reject(v1::ErrorCode_IsValid(code) ? code : v1::ERROR_LAUNCH_FAILED,
+                  event.setup_failed().message());
+  }
+  if (event.has_started() && state_ == State::kStarting) return begin_running();
+  if (event.has_role_exited()) role_exit_ = event.role_exited();
+}
+
+void Session::begin_running() {
+  state_ = State::kRunning;
+  v1::Accepted accepted;
+  accepted.set_session_id(id_);
+  queue_frame(v1::FRAME_ACCEPTED, accepted);
+  log::info("session_started", {{"session", id_},
+                                {"uid", static_cast<int64_t>(peer_.uid)},
+                                {"role", role_},
+                                {"sandbox_pid", static_cast<int64_t>(sandbox_.pid)}});
+  pump_output();
+  pump_input();
+}
+
+// --- client -> child stdin -------------------------------------------------
+
+void Session::watch_hangup() {
+  if (hangup_watch_) return;
+  hangup_watch_ = true;
+  // EPOLLHUP: the client closed its end entirely, even while unread stdin
+  // data is still queued in front of the EOF.
+  socket_.async_wait(Socket::wait_error, [self = shared_from_this()](const boost::system::error_code& ec) {
+    self->hangup_watch_ = false;
+    if (ec || self->state_ == State::kClosed) return;
+    pollfd pfd{self->socket_.native_handle(), POLLIN, 0};
+    if (poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLHUP | POLLERR))) {
+      return self->client_gone("client hung up");
+    }
+    self->watch_hangup();
+  });
+}
+
+bool Session::handle_input_header() {
+  const wire::FrameHeader header = wire::decode_header(in_header_);
+  in_header_have_ = 0;
+  in_type_ = header.type;
+  const uint32_t cap = wire::max_payload(header.type);
+  switch (header.type) {
+    case v1::FRAME_STDIN_DATA:
+    case v1::FRAME_SIGNAL:
+      if (header.length > cap) {
+        reject(v1::ERROR_FRAME_TOO_LARGE,
+               fmt::format("frame of {} bytes is over the {} byte cap", header.length, cap));
+        return false;
+      }
+      if (header.type == v1::FRAME_STDIN_DATA && stdin_eof_received_) {
+        reject(v1::ERROR_UNEXPECTED_FRAME, "stdin data after stdin EOF");
+        return false;
+      }
+      in_remaining_ = header.length;
+      in_small_.clear();
+      if (header.type == v1::FRAME_SIGNAL && header.length == 0) {
+        reject(v1::ERROR_MALFORMED_REQUEST, "empty signal frame");
+        return false;
+      }
+      return true;
+    case v1::FRAME_STDIN_EOF:
+      if (header.length != 0) {
+        reject(v1::ERROR_MALFORMED_REQUEST, "stdin EOF frame with a payload");
+        return false;
+      }
+      stdin_eof_received_ = true;
+      if (stdin_.is_open()) {
+        boost::system::error_code ignored;
+        stdin_.close(ignored);
+      }
+      return true;
+    case v1::FRAME_LAUNCH_REQUEST:
+      reject(v1::ERROR_DUPLICATE_REQUEST, "a second launch request on one connection");
+      return false;
+    default:
+      reject(v1::ERROR_UNEXPECTED_FRAME,
+             fmt::format("frame type {} is not allowed during a session", header.type));
+      return false;
+  }
+}
+
+void Session::pump_input() {
+  const int sock = socket_.native_handle();
+  while (state_ == State::kRunning && !client_gone_) {
+    if (in_remaining_ == 0) {
+      const ssize_t n = recv(sock, in_header_.data() + in_header_have_,
+                             in_header_.size() - in_header_have_, MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && would_block(errno)) break;
+      if (n <= 0) return client_gone(n == 0 ? "client closed the connection" : "client read error");
+      in_header_have_ += static_cast<size_t>(n);
+      if (in_header_have_ < in_header_.size()) continue;
+      if (!handle_input_header()) return;
+      continue;
+    }
+    if (in_type_ == v1::FRAME_SIGNAL) {
+      std::array<uint8_t, 64> chunk{};
+      const ssize_t n = recv(sock, chunk.data(), std::min<size_t>(chunk.size(), in_remaining_),
+                             MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && would_block(errno)) break;
+      if (n <= 0) return client_gone("client closed the connection");
+      in_small_.insert(in_small_.end(), chunk.begin(), chunk.begin() + n);
+      in_remaining_ -= static_cast<uint32_t>(n);
+      if (in_remaining_ > 0) continue;
+      v1::SignalRequest request;
+      const int signo = request.ParseFromArray(in_small_.data(), static_cast<int>(in_small_.size()))
+                            ? signal_number(request.signal())
+                            : 0;
+      if (signo == 0) return reject(v1::ERROR_MALFORMED_REQUEST, "unknown signal in signal frame");
+      if (pidfd_.is_open()) syscall(SYS_pidfd_send_signal, pidfd_.native_handle(), signo, nullptr, 0);
+      continue;
+    }
+    // Stdin data: straight from the socket into the child's stdin pipe.
+    if (stdin_.is_open()) {
+      const ssize_t n = splice(sock, nullptr, stdin_.native_handle(), nullptr, in_remaining_,
+                               SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+      if (n > 0) {
+        in_remaining_ -= static_cast<uint32_t>(n);
+        continue;
+      }
+      if (n == 0) return client_gone("client closed the connection mid-frame");
+      if (errno == EINTR) continue;
+      if (would_block(errno)) {
+        pollfd fds[2] = {{sock, POLLIN, 0}, {stdin_.native_handle(), POLLOUT, 0}};
+        poll(fds, 2, 0);
+        if (!(fds[0].revents & POLLIN)) break;  // wait for the client
+        if (fds[1].revents & POLLOUT) continue;
+        if (fds[1].revents & (POLLERR | POLLHUP)) {
+          boost::system::error_code ignored;
+          stdin_.close(ignored);
+          continue;
+        }
+        if (in_waiting_) return;
+        in_waiting_ = true;
+        stdin_.async_wait(Descriptor::wait_write,
+                          [self = shared_from_this()](const boost::system::error_code& ec) {
+                            self->in_waiting_ = false;
+                            if (!ec) self->pump_input();
+                          });
+        return;
+      }
+      // The child closed its stdin (EPIPE): the rest of its input is dropped.
+      boost::system::error_code ignored;
+      stdin_.close(ignored);
+      continue;
+    }
+    std::array<uint8_t, 16384> discard{};
+    const ssize_t n = recv(sock, discard.data(), std::min<size_t>(discard.size(), in_remaining_),
+                           MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && would_block(errno)) break;
+    if (n <= 0) return client_gone("client closed the connection");
+    in_remaining_ -= static_cast<uint32_t>(n);
+  }
+  if (state_ != State::kRunning || client_gone_ || in_waiting_) return;
+  in_waiting_ = true;
+  socket_.async_wait(Socket::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
+    self->in_waiting_ = false;
+    if (!ec) self->pump_input();
+  });
+}
+
+// --- child stdout/stderr -> client -----------------------------------------
+
+void Session::queue_frame(v1::FrameType type, const google::protobuf::MessageLite& msg) {
+  const auto frame = wire::encode_message_frame(type, msg);
+  out_pending_.insert(out_pending_.end(), frame.begin(), frame.end());
+}
+
+void Session::wait_socket_writable() {
+  if (out_waiting_) return;
+  out_waiting_ = true;
+  socket_.async_wait(Socket::wait_write, [self = shared_from_this()](const boost::system::error_code& ec) {
+    self->out_waiting_ = false;
+    if (!ec) self->pump_output();
+  });
+}
+
+void Session::wait_output_pipe(OutputPipe& pipe) {
+  if (pipe.waiting || pipe.eof) return;
+  pipe.waiting = true;
+  pipe.descriptor.async_wait(Descriptor::wait_read,
+                             [self = shared_from_this(), &pipe](const boost::system::error_code& ec) {
+                               pipe.waiting = false;
+                               if (ec) return;
+                               int available = 0;
+                               if (ioctl(pipe.descriptor.native_handle(), FIONREAD, &available) == 0 &&
+                                   available == 0) {
+                                 // Readable with nothing in it: every writer is gone.
+                                 pipe.eof = true;
+                               }
+                               self->pump_output();
+                             });
+}
+
+bool Session::start_output_frame(OutputPipe& pipe) {
+  if (pipe.eof) return false;
+  const int fd = pipe.descriptor.native_handle();
+  int available = 0;
+  if (ioctl(fd, FIONREAD, &available) != 0 || available <= 0) return false;
+  const uint32_t length = std::min<uint32_t>(static_cast<uint32_t>(available), wire::kMaxDataPayload);
+  if (length <= kCopyFrameBytes) {
+    const size_t start = out_pending_.size();
+    out_pending_.resize(start + wire::kHeaderSize + length);
+    const ssize_t n = read(fd, out_pending_.data() + start + wire::kHeaderSize, length);
+    if (n <= 0) {
+      out_pending_.resize(start);
+      return false;
+    }
+    out_pending_.resize(start + wire::kHeaderSize + static_cast<size_t>(n));
+    const auto header = wire::encode_header(pipe.frame_type, static_cast<uint32_t>(n));
+    std::copy(header.begin(), header.end(), out_pending_.begin() + static_cast<std::ptrdiff_t>(start));
+    return true;
+  }
+  const auto header = wire::encode_header(pipe.frame_type, length);
+  out_pending_.insert(out_pending_.end(), header.begin(), header.end());
+  out_splice_remaining_ = length;
+  out_splice_pipe_ = &pipe;
+  return true;
+}
+
+void Session::pump_output() {
+  if (client_gone_ || state_ == State::kClosed) return;
+  const int sock = socket_.native_handle();
+  for (;;) {
+    if (out_sent_ < out_pending_.size()) {
+      const ssize_t n = send(sock, out_pending_.data() + out_sent_, out_pending_.size() - out_sent_,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && would_block(errno)) return wait_socket_writable();
+      if (n < 0) return client_gone("client write error");
+      out_sent_ += static_cast<size_t>(n);
+      if (out_sent_ == out_pending_.size()) {
+        out_pending_.clear();
+        out_sent_ = 0;
+      }
+      continue;
+    }
+    if (out_splice_remaining_ > 0) {
+      const ssize_t n = splice(out_splice_pipe_->descriptor.native_handle(), nullptr, sock, nullptr,
+                               out_splice_remaining_, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+      if (n > 0) {
+        out_splice_remaining_ -= static_cast<uint32_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      // The pipe holds the announced bytes (we are its only reader), so a
+      // would-block here means the socket is full.
+      if (n < 0 && would_block(errno)) return wait_socket_writable();
+      return client_gone("client write error");
+    }
+    if (exit_queued_) return close();
+    if (state_ != State::kRunning) return;
+    OutputPipe& first = prefer_stderr_ ? stderr_ : stdout_;
+    OutputPipe& second = prefer_stderr_ ? stdout_ : stderr_;
+    prefer_stderr_ = !prefer_stderr_;
+    if (start_output_frame(first) || start_output_frame(second)) continue;
+    wait_output_pipe(stdout_);
+    wait_output_pipe(stderr_);
+    maybe_finish();
+    return;
+  }
+}
+
+// --- end of session --------------------------------------------------------
+
+void Session::on_sandbox_exited() {
+  handle_control_events();
+  siginfo_t info{};
+  if (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.native_handle()), &info,
+             WEXITED | WNOHANG) != 0) {
+    log::error("waitid_failed", {{"session", id_}, {"error", std::string(strerror(errno))}});
+  }
+  sandbox_reaped_ = true;
+  if (state_ == State::kStarting) {
+    return reject(v1::ERROR_LAUNCH_FAILED, "the sandbox launcher exited during setup");
+  }
+  if (!role_exit_ && cgroup_) {
+    // Init died without a report: make sure nothing of the session survives.
+    cgroup_->kill_all();
+  }
+  if (state_ == State::kClosed) return close();
+  maybe_finish();
+}
+
+void Session::kill_sandbox() {
+  if (pidfd_.is_open() && !sandbox_reaped_) {
+    syscall(SYS_pidfd_send_signal, pidfd_.native_handle(), SIGKILL, nullptr, 0);
+  }
+  if (cgroup_) cgroup_->kill_all();
+}
+
+void Session::client_gone(const char* why) {
+  if (client_gone_) return;
+  client_gone_ = true;
+  log::info("client_gone", {{"session", id_}, {"reason", std::string_view(why)}});
+  if (launched_ && !sandbox_reaped_) {
+    kill_sandbox();  // on_sandbox_exited() finishes the session
+    return;
+  }
+  close();
+}
+
+void Session::shut_down() {
+  if (state_ == State::kPreface || state_ == State::kRequest) {
+    return reject(v1::ERROR_SHUTTING_DOWN, "the daemon is shutting down");
+  }
+  if (state_ == State::kClosed) return;
+  end_reason_ = v1::END_DAEMON_SHUTDOWN;
+  end_message_ = "the helper daemon is shutting down";
+  if (state_ == State::kStarting) {
+    kill_sandbox();
+    return reject(v1::ERROR_SHUTTING_DOWN, "the daemon is shutting down");
+  }
+  kill_sandbox();
+}
+
+void Session::maybe_finish() {
+  if (!sandbox_reaped_) return;
+  if (client_gone_) return close();
+  if (state_ != State::kRunning || exit_queued_) return;
+  if (!stdout_.eof || !stderr_.eof || out_splice_remaining_ > 0) return;
+  send_exit();
+}
+
+void Session::send_exit() {
+  v1::Exit exit;
+  SessionUsage usage{};
+  if (cgroup_) usage = cgroup_->usage();
+  v1::EndReason reason = end_reason_;
+  std::string message = end_message_;
+  if (reason == v1::END_CHILD_EXITED && usage.oom_killed) {
+    reason = v1::END_MEMORY_LIMIT;
+    message = fmt::format("{} session killed: memory limit {} MiB reached", role_,
+                          daemon_.role_config(role_).limits().memory_max_bytes() >> 20);
+  } else if (reason == v1::END_CHILD_EXITED && usage.pids_limit_hit) {
+    reason = v1::END_PIDS_LIMIT;
+    message = fmt::format("{} session hit its process limit ({} processes)", role_,
+                          daemon_.role_config(role_).limits().pids_max());
+  }
+  if (role_exit_ && role_exit_->has_signal()) {
+    exit.set_signal(role_exit_->signal());
+  } else if (role_exit_) {
+    exit.set_exit_code(role_exit_->exit_code());
+  } else {
+    exit.set_signal(SIGKILL);
+    if (reason == v1::END_CHILD_EXITED) {
+      reason = v1::END_INTERNAL_ERROR;
+      message = "the session's init was killed";
+    }
+  }
+  exit.set_reason(reason);
+  exit.set_message(message);
+  log::info("session_ended",
+            {{"session", id_},
+             {"uid", static_cast<int64_t>(peer_.uid)},
+             {"role", role_},
+             {"reason", v1::EndReason_Name(reason)},
+             {"exit_code", static_cast<int64_t>(exit.has_exit_code() ? exit.exit_code() : -1)},
+             {"signal", static_cast<int64_t>(exit.has_signal() ? exit.signal() : 0)},
+             {"memory_peak_bytes", usage.memory_peak_bytes},
+             {"cpu_usage_usec", usage.cpu_usage_usec},
+             {"pids_peak", usage.pids_peak},
+             {"oom_killed", usage.oom_killed},
+             {"duration_ms", static_cast<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                      std::chrono::steady_clock::now() - started_at_)
+                                                      .count())}});
+  queue_frame(v1::FRAME_EXIT, exit);
+  exit_queued_ = true;
+  pump_output();
+}
+
+void Session::close() {
+  boost::system::error_code ignored;
+  state_ = State::kClosed;
+  handshake_timer_.cancel();
+  socket_.close(ignored);
+  if (launched_ && !sandbox_reaped_) {
+    // on_sandbox_exited() comes back here once the sandbox is reaped.
+    kill_sandbox();
+    return;
+  }
+  if (finished_) return;
+  finished_ = true;
+  control_.close(ignored);
+  stdin_.close(ignored);
+  stdout_.descriptor.close(ignored);
+  stderr_.descriptor.close(ignored);
+  pidfd_.close(ignored);
+  if (cgroup_) {
+    cgroup_->kill_all();
+    if (!cgroup_->remove()) daemon_.defer_cgroup_removal(std::move(cgroup_));
+    cgroup_.reset();
+  }
+  daemon_.session_closed(this);
+}
+
+}  // namespace pando::daemon

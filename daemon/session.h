@@ -1,0 +1,153 @@
+#pragma once
+
+// One client connection: handshake, launch, then the stdio relay until the
+// role exits. States, in order:
+//   kPreface  -> 8-byte preface
+//   kRequest  -> one LaunchRequest (or StatusRequest) frame
+//   kStarting -> sandbox launcher running its setup; no client frame is read
+//   kRunning  -> StdinData / StdinEof / Signal frames in; stdout/stderr data out
+//   kClosed
+// Any other frame in a state, a frame over its cap, or a silent client past the
+// handshake timeout ends the connection with a Rejected frame and its code.
+
+#include <sys/types.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <utility>  // before asio: Boost 1.74 awaitable.hpp needs std::exchange
+
+#include <boost/asio.hpp>
+
+#include "common/unique_fd.h"
+#include "daemon/cgroups.h"
+#include "daemon/launch.h"
+#include "daemon/peer_identity.h"
+#include "proto/framing.h"
+#include "proto/helper.pb.h"
+#include "proto/request_validation.h"
+#include "proto/sandbox.pb.h"
+
+namespace pando::daemon {
+
+class Daemon;
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  using Socket = boost::asio::local::stream_protocol::socket;
+  using Descriptor = boost::asio::posix::stream_descriptor;
+
+  Session(Daemon& daemon, Socket socket, PeerIdentity peer, std::string id);
+  ~Session();
+
+  void start();
+  // Daemon shutdown: handshakes are refused, live sessions are killed and end
+  // with an Exit saying so.
+  void shut_down();
+  // Answers with a Rejected frame and closes (mid-session: kills the sandbox).
+  void reject(pando::helper::v1::ErrorCode code, const std::string& message);
+  const std::string& id() const { return id_; }
+  bool launched() const { return launched_; }
+
+ private:
+  enum class State { kPreface, kRequest, kStarting, kRunning, kClosed };
+
+  struct OutputPipe {
+    explicit OutputPipe(boost::asio::io_context& io) : descriptor(io) {}
+    Descriptor descriptor;
+    pando::helper::v1::FrameType frame_type = pando::helper::v1::FRAME_STDOUT_DATA;
+    bool eof = false;
+    bool waiting = false;
+  };
+
+  // Handshake.
+  void read_preface();
+  void read_request_header();
+  void read_request_payload(uint8_t type, uint32_t length);
+  void handle_launch_request(const std::vector<uint8_t>& payload);
+  void handle_status_request(const std::vector<uint8_t>& payload);
+
+  // Launch.
+  std::optional<wire::RequestError> launch(const wire::ValidRequest& request);
+  void wait_for_control();
+  void handle_control_events();
+  void handle_sandbox_event(const pando::helper::sandbox::v1::SandboxEvent& event);
+  void begin_running();
+
+  // Relay: client -> child stdin.
+  void pump_input();
+  bool handle_input_header();
+  void watch_hangup();
+
+  // Relay: child stdout/stderr -> client.
+  void pump_output();
+  bool start_output_frame(OutputPipe& pipe);
+  void wait_output_pipe(OutputPipe& pipe);
+  void wait_socket_writable();
+  void queue_frame(pando::helper::v1::FrameType type, const google::protobuf::MessageLite& msg);
+
+  // End of session.
+  void on_sandbox_exited();
+  void kill_sandbox();
+  void client_gone(const char* why);
+  void maybe_finish();
+  void send_exit();
+  void close();
+
+  Daemon& daemon_;
+  Socket socket_;
+  PeerIdentity peer_;
+  std::string id_;
+  State state_ = State::kPreface;
+  boost::asio::steady_timer handshake_timer_;
+  std::chrono::steady_clock::time_point started_at_;
+
+  std::array<uint8_t, wire::kPrefaceSize> preface_{};
+  std::array<uint8_t, wire::kHeaderSize> header_{};
+  std::vector<uint8_t> request_payload_;
+
+  // Launch results.
+  bool launched_ = false;
+  bool reserved_ = false;
+  std::string role_;
+  std::string project_root_;
+  std::unique_ptr<SessionCgroup> cgroup_;
+  StartedSandbox sandbox_;
+  Descriptor control_;
+  Descriptor pidfd_;
+  Descriptor stdin_;
+  OutputPipe stdout_;
+  OutputPipe stderr_;
+  bool sandbox_reaped_ = false;
+  std::optional<pando::helper::sandbox::v1::SandboxEvent::RoleExited> role_exit_;
+  pando::helper::v1::EndReason end_reason_ = pando::helper::v1::END_CHILD_EXITED;
+  std::string end_message_;
+
+  // Input relay state.
+  std::array<uint8_t, wire::kHeaderSize> in_header_{};
+  size_t in_header_have_ = 0;
+  uint8_t in_type_ = 0;
+  uint32_t in_remaining_ = 0;
+  std::vector<uint8_t> in_small_;  // payload of a Signal frame
+  bool in_waiting_ = false;
+  bool stdin_eof_received_ = false;
+  bool hangup_watch_ = false;
+
+  // Output relay state.
+  std::vector<uint8_t> out_pending_;
+  size_t out_sent_ = 0;
+  uint32_t out_splice_remaining_ = 0;
+  OutputPipe* out_splice_pipe_ = nullptr;
+  bool prefer_stderr_ = false;
+  bool out_waiting_ = false;
+  bool exit_queued_ = false;
+  bool finished_ = false;
+  bool client_gone_ = false;
+};
+
+}  // namespace pando::daemon

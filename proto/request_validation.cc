@@ -1,0 +1,71 @@
+#include "proto/request_validation.h"
+
+#include "proto/framing.h"
+
+namespace pando::wire {
+
+namespace v1 = pando::helper::v1;
+
+const char* role_name(v1::Role role) {
+  switch (role) {
+    case v1::ROLE_CORE:
+      return "core";
+    case v1::ROLE_WORKSPACE:
+      return "workspace";
+    default:
+      return "unknown";
+  }
+}
+
+RequestError check_project_root_string(std::string_view path) {
+  if (path.empty()) return {v1::ERROR_PATH_EMPTY, "project root is empty"};
+  if (path.find('\0') != std::string_view::npos) {
+    return {v1::ERROR_PATH_HAS_NUL, "project root contains a NUL byte"};
+  }
+  if (path.size() > kMaxPathBytes) {
+    return {v1::ERROR_PATH_TOO_LONG,
+            "project root is longer than " + std::to_string(kMaxPathBytes) + " bytes"};
+  }
+  if (path.front() != '/') return {v1::ERROR_PATH_NOT_ABSOLUTE, "project root is not absolute"};
+  if (path.size() > 1 && path.back() == '/') {
+    return {v1::ERROR_PATH_NOT_NORMALIZED, "project root has a trailing '/'"};
+  }
+  size_t start = 1;
+  while (start <= path.size()) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    const std::string_view component = path.substr(start, end - start);
+    if (path.size() > 1 && component.empty()) {
+      return {v1::ERROR_PATH_NOT_NORMALIZED, "project root contains an empty component ('//')"};
+    }
+    if (component == "." || component == "..") {
+      return {v1::ERROR_PATH_NOT_NORMALIZED,
+              "project root contains a '" + std::string(component) + "' component"};
+    }
+    start = end + 1;
+  }
+  return {v1::ERROR_UNSPECIFIED, ""};
+}
+
+std::variant<ValidRequest, RequestError> validate_launch_request(
+    std::span<const uint8_t> payload) {
+  if (payload.size() > kMaxControlPayload) {
+    return RequestError{v1::ERROR_FRAME_TOO_LARGE, "launch request is too large"};
+  }
+  v1::LaunchRequest request;
+  if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    return RequestError{v1::ERROR_MALFORMED_REQUEST,
+                        "launch request does not parse (malformed protobuf or invalid UTF-8)"};
+  }
+  if (!request.GetReflection()->GetUnknownFields(request).empty()) {
+    return RequestError{v1::ERROR_UNKNOWN_FIELDS,
+                        "launch request carries fields this daemon does not define"};
+  }
+  if (request.role() != v1::ROLE_CORE && request.role() != v1::ROLE_WORKSPACE) {
+    return RequestError{v1::ERROR_UNKNOWN_ROLE, "role must be core or workspace"};
+  }
+  RequestError path_error = check_project_root_string(request.project_root());
+  if (path_error.code != v1::ERROR_UNSPECIFIED) return path_error;
+  return ValidRequest{request.role(), request.project_root()};
+}
+
+}  // namespace pando::wire
