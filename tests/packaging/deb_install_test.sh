@@ -78,10 +78,19 @@ as_test_user() {
 }
 
 # Starts the installed daemon on a private socket and waits until it accepts
-# connections (bounded wait, not a timing assertion).
+# connections (bounded wait, not a timing assertion). It runs under what the
+# installed unit imposes and this machine can reproduce without systemd as
+# PID 1: its capability bounding set and no_new_privs.
 start_daemon() {
-	local config=$1 log=$2 i
-	/usr/sbin/pando-helperd --config "$config" --socket "$tmp/helper.sock" --foreground 2>"$log" &
+	local config=$1 log=$2 i caps bounding=-all
+	caps=$(sed -n 's/^CapabilityBoundingSet=//p' /lib/systemd/system/pando-helperd.service)
+	[ -n "$caps" ] || { echo "no CapabilityBoundingSet in the installed unit" >&2; return 1; }
+	for i in $caps; do
+		i=${i#CAP_}
+		bounding+=",+${i,,}"
+	done
+	setpriv --no-new-privs --bounding-set="$bounding" --inh-caps=-all -- \
+		/usr/sbin/pando-helperd --config "$config" --socket "$tmp/helper.sock" --foreground 2>"$log" &
 	daemon_pid=$!
 	for i in $(seq 1 200); do
 		[ -S "$tmp/helper.sock" ] && return 0
