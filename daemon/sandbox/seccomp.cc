@@ -62,8 +62,8 @@ struct Rule {
   const char* reason;
 };
 
-// clone() carries the exit signal in its low byte, where CLONE_NEWTIME (0x80) sits; valid
-// signals never set that bit, so including it only denies what the kernel would reject.
+// clone() cannot create a time namespace: its low byte is the exit signal, where CLONE_NEWTIME
+// (0x80) is signal bit 7. Signals stop at 64, so keeping the bit denies no real program.
 constexpr uint64_t kCloneNewFlags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |
                                     CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWTIME;
 
@@ -226,8 +226,9 @@ void add_rule(const Filter& filter, const Rule& rule) {
       if (when.value > 0) {
         add(filter, rule, {scmp_arg_cmp{when.arg, SCMP_CMP_LT, when.value, 0}});
       }
-      if (when.value2 - when.value > 1)
+      if (when.value2 - when.value > 1) {
         add_range(filter, rule, when.arg, when.value + 1, when.value2 - 1);
+      }
       if (when.value2 < std::numeric_limits<uint64_t>::max()) {
         add(filter, rule, {scmp_arg_cmp{when.arg, SCMP_CMP_GT, when.value2, 0}});
       }
@@ -273,8 +274,9 @@ std::vector<SeccompPolicyEntry> seccomp_policy() {
     if (rule.when.match != Match::kAlways) action += std::string(" if ") + rule.when.text;
     entries.push_back({rule.name, rule.nr, action, rule.reason});
   }
-  for (const AbiRule& abi : kAbiPolicy)
+  for (const AbiRule& abi : kAbiPolicy) {
     entries.push_back({abi.name, -1, "KILL_PROCESS", abi.reason});
+  }
   return entries;
 }
 
