@@ -207,20 +207,35 @@ class CgroupsTest : public ::testing::Test {
     }
   }
 
-  // Legacy-mode manager on this host, or a skip reason.
-  std::optional<CgroupManager> legacy() {
-    CgroupManager m = CgroupManager::detect(config_);
-    if (m.mode() != CgroupMode::kLegacy) return std::nullopt;
-    return m;
+  // A manager with memory and pids limits: v1 through detect() where v1 memory is mounted
+  // (this CI host), else v2 at the root with parent_. detect() is avoided on v2 because, run
+  // inside a delegated unit, it would move this test process into the unit's leaf.
+  std::optional<CgroupManager> limited() {
+    for (const auto& m : mounts()) {
+      if (!m.unified &&
+          std::find(m.controllers.begin(), m.controllers.end(), "memory") != m.controllers.end()) {
+        CgroupManager mgr = CgroupManager::detect(config_);
+        if (mgr.mode() != CgroupMode::kLegacy) return std::nullopt;
+        return mgr;
+      }
+    }
+    auto u = unified_mount();
+    if (!u) return std::nullopt;
+    std::string offered = slurp(u->mount_point + "/cgroup.controllers");
+    if (offered.find("memory") == std::string::npos || offered.find("pids") == std::string::npos) {
+      return std::nullopt;
+    }
+    return CgroupManager::set_up_unified(
+        {.mount_point = u->mount_point, .own_path = "/", .parent = parent_});
   }
 
   std::string parent_;
   pando::helper::config::v1::CgroupConfig config_;
 };
 
-#define REQUIRE_LEGACY(var)                                                        \
-  auto var##_opt = legacy();                                                       \
-  if (!var##_opt) GTEST_SKIP() << "host has no cgroup v1 memory+pids hierarchies"; \
+#define REQUIRE_LIMITS(var)                                                             \
+  auto var##_opt = limited();                                                           \
+  if (!var##_opt) GTEST_SKIP() << "host has neither v1 nor v2 memory+pids controllers"; \
   CgroupManager& var = *var##_opt
 
 const std::string* dir_with(const std::vector<std::string>& dirs, const std::string& file) {
@@ -351,18 +366,33 @@ TEST_F(CgroupsTest, RejectsBadParent) {
 
 TEST_F(CgroupsTest, DetectsLayoutOfThisHost) {
   bool v1_memory = false;
-  bool v2_memory = false;
+  std::optional<text::Mount> v2_memory;
   for (const auto& m : mounts()) {
     if (!m.unified &&
         std::find(m.controllers.begin(), m.controllers.end(), "memory") != m.controllers.end()) {
       v1_memory = true;
     }
-    if (m.unified)
-      v2_memory = slurp(m.mount_point + "/cgroup.controllers").find("memory") != std::string::npos;
+    if (m.unified &&
+        slurp(m.mount_point + "/cgroup.controllers").find("memory") != std::string::npos) {
+      v2_memory = m;
+    }
+  }
+  if (v2_memory) {
+    for (const auto& own : text::parse_proc_cgroup(slurp("/proc/self/cgroup"))) {
+      if (own.hierarchy_id == "0" && text::delegated_unit(own.path, true)) {
+        GTEST_SKIP() << "running in unit " << own.path
+                     << ": detect() could move this process into the unit's leaf";
+      }
+    }
   }
   CgroupManager m = CgroupManager::detect(config_);
   std::printf("detect(): %s\n", m.detail().c_str());
-  if (v1_memory && !v2_memory) {
+  if (v2_memory) {
+    ASSERT_EQ(m.mode(), CgroupMode::kUnified) << m.detail();
+    EXPECT_TRUE(
+        m.detail().starts_with("v2 at " + v2_memory->mount_point + "/" + parent_ + ": memory pids"))
+        << m.detail();
+  } else if (v1_memory) {
     ASSERT_EQ(m.mode(), CgroupMode::kLegacy) << m.detail();
     EXPECT_TRUE(m.detail().starts_with("v1: memory,pids")) << m.detail();
     EXPECT_NE(m.detail().find("under /" + parent_), std::string::npos) << m.detail();
@@ -375,38 +405,47 @@ TEST_F(CgroupsTest, DetectsLayoutOfThisHost) {
     }
     EXPECT_NE(dir_with(m.session_parent_dirs(), "memory.limit_in_bytes"), nullptr);
     EXPECT_NE(dir_with(m.session_parent_dirs(), "pids.max"), nullptr);
-  } else if (v2_memory) {
-    EXPECT_EQ(m.mode(), CgroupMode::kUnified) << m.detail();
   } else {
+    EXPECT_EQ(m.mode(), CgroupMode::kNone) << m.detail();
     GTEST_SKIP() << "host has neither v1 nor v2 memory controller: " << m.detail();
   }
 }
 
 TEST_F(CgroupsTest, SessionLimitsProcessesAndTeardown) {
-  REQUIRE_LEGACY(mgr);
+  REQUIRE_LIMITS(mgr);
   SessionLimits limits{64 << 20, 0, 32, 50};
   auto s = mgr.create_session("0123abcd", limits);
   EXPECT_EQ(s->name(), "session-0123abcd");
-  EXPECT_EQ(s->unified_dir_fd(), -1);
   std::printf("session: %s\n", s->describe().c_str());
   auto dirs = s->dirs();
   ASSERT_EQ(dirs.size(), mgr.session_parent_dirs().size());
   for (const auto& d : dirs) EXPECT_TRUE(d.ends_with(parent_ + "/session-0123abcd")) << d;
+  auto value = [&](const std::string& file) -> std::string {
+    const std::string* dir = dir_with(dirs, file);
+    if (!dir) return "(no " + file + ")";
+    return trimmed(slurp(*dir + "/" + file));
+  };
 
-  const std::string* mem = dir_with(dirs, "memory.limit_in_bytes");
-  ASSERT_NE(mem, nullptr);
-  EXPECT_EQ(trimmed(slurp(*mem + "/memory.limit_in_bytes")), std::to_string(64 << 20));
-  if (access((*mem + "/memory.memsw.limit_in_bytes").c_str(), F_OK) == 0) {
-    EXPECT_EQ(trimmed(slurp(*mem + "/memory.memsw.limit_in_bytes")), std::to_string(64 << 20));
-  }
-  const std::string* pids = dir_with(dirs, "pids.max");
-  ASSERT_NE(pids, nullptr);
-  EXPECT_EQ(trimmed(slurp(*pids + "/pids.max")), "32");
-  if (const std::string* cpu = dir_with(dirs, "cpu.cfs_quota_us")) {
-    EXPECT_EQ(trimmed(slurp(*cpu + "/cpu.cfs_quota_us")), "50000");
-    EXPECT_EQ(trimmed(slurp(*cpu + "/cpu.cfs_period_us")), "100000");
+  if (mgr.mode() == CgroupMode::kUnified) {
+    EXPECT_GE(s->unified_dir_fd(), 0);
+    EXPECT_EQ(value("memory.max"), std::to_string(64 << 20));
+    EXPECT_EQ(value("memory.oom.group"), "1");
+    if (dir_with(dirs, "memory.swap.max")) {
+      EXPECT_EQ(value("memory.swap.max"), "0");
+    }
+    EXPECT_EQ(value("pids.max"), "32");
+    if (dir_with(dirs, "cpu.max")) {
+      EXPECT_EQ(value("cpu.max"), "50000 100000");
+    }
   } else {
-    ADD_FAILURE() << "no v1 cpu hierarchy in the session";
+    EXPECT_EQ(s->unified_dir_fd(), -1);
+    EXPECT_EQ(value("memory.limit_in_bytes"), std::to_string(64 << 20));
+    if (dir_with(dirs, "memory.memsw.limit_in_bytes")) {
+      EXPECT_EQ(value("memory.memsw.limit_in_bytes"), std::to_string(64 << 20));
+    }
+    EXPECT_EQ(value("pids.max"), "32");
+    EXPECT_EQ(value("cpu.cfs_quota_us"), "50000");
+    EXPECT_EQ(value("cpu.cfs_period_us"), "100000");
   }
 
   int report[2];
@@ -442,7 +481,7 @@ TEST_F(CgroupsTest, SessionLimitsProcessesAndTeardown) {
 }
 
 TEST_F(CgroupsTest, RejectsBadAndDuplicateSessions) {
-  REQUIRE_LEGACY(mgr);
+  REQUIRE_LIMITS(mgr);
   SessionLimits limits{64 << 20, 0, 32, 50};
   for (const char* bad : {"../x", "a/b", "a.b", ""}) {
     EXPECT_THROW(mgr.create_session(bad, limits), std::invalid_argument) << bad;
@@ -454,7 +493,7 @@ TEST_F(CgroupsTest, RejectsBadAndDuplicateSessions) {
 }
 
 TEST_F(CgroupsTest, DestructorKillsAndRemoves) {
-  REQUIRE_LEGACY(mgr);
+  REQUIRE_LIMITS(mgr);
   auto s = mgr.create_session("dtor", SessionLimits{64 << 20, 0, 32, 50});
   auto dirs = s->dirs();
   Child child([] {
@@ -470,7 +509,7 @@ TEST_F(CgroupsTest, DestructorKillsAndRemoves) {
 }
 
 TEST_F(CgroupsTest, PidsLimitStopsForkBomb) {
-  REQUIRE_LEGACY(mgr);
+  REQUIRE_LIMITS(mgr);
   auto s = mgr.create_session("pids", SessionLimits{256 << 20, 0, 16, 0});
   int report[2];
   ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
@@ -509,7 +548,7 @@ TEST_F(CgroupsTest, PidsLimitStopsForkBomb) {
 }
 
 TEST_F(CgroupsTest, MemoryLimitOomKills) {
-  REQUIRE_LEGACY(mgr);
+  REQUIRE_LIMITS(mgr);
   auto s = mgr.create_session("mem", SessionLimits{64 << 20, 0, 32, 0});
   Child child([] {
     const size_t size = size_t{512} << 20;
@@ -535,9 +574,12 @@ TEST_F(CgroupsTest, MemoryLimitOomKills) {
 }
 
 TEST_F(CgroupsTest, CpuQuotaThrottles) {
-  REQUIRE_LEGACY(mgr);
-  if (!dir_with(mgr.session_parent_dirs(), "cpuacct.usage")) {
+  REQUIRE_LIMITS(mgr);
+  if (mgr.mode() == CgroupMode::kLegacy && !dir_with(mgr.session_parent_dirs(), "cpuacct.usage")) {
     GTEST_SKIP() << "no cpuacct hierarchy to measure with";
+  }
+  if (mgr.mode() == CgroupMode::kUnified && mgr.detail().find("cpu") == std::string::npos) {
+    GTEST_SKIP() << "cpu controller not enabled: " << mgr.detail();
   }
   auto s = mgr.create_session("cpu", SessionLimits{64 << 20, 0, 32, 20});
   Child child([] {
@@ -564,7 +606,7 @@ TEST_F(CgroupsTest, CpuQuotaThrottles) {
 }
 
 TEST_F(CgroupsTest, RemovesStaleSessions) {
-  REQUIRE_LEGACY(mgr);
+  REQUIRE_LIMITS(mgr);
   Child child([] {
     for (;;) pause();
     return 0;
@@ -609,8 +651,8 @@ void expect_kill_method_works(SessionCgroup& s, SessionCgroup::KillMethod method
   EXPECT_TRUE(s.remove());
 }
 
-TEST_F(CgroupsTest, LegacyKillMethods) {
-  REQUIRE_LEGACY(mgr);
+TEST_F(CgroupsTest, KillMethodsWithControllers) {
+  REQUIRE_LIMITS(mgr);
   SessionLimits limits{64 << 20, 0, 32, 0};
   auto frozen = mgr.create_session("freeze", limits);
   expect_kill_method_works(*frozen, SessionCgroup::KillMethod::kFreezeThenSignal);
