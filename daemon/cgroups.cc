@@ -737,7 +737,13 @@ CgroupManager CgroupManager::detect(const pando::helper::config::v1::CgroupConfi
             delegated ? unit_dir->substr(unified_mount->mount_point.size()) : std::string("/");
         setup.delegated = delegated;
         setup.parent = parent;
-        return set_up_unified(setup);
+        CgroupManager m = set_up_unified(setup);
+        // systemd owns the tree outside delegated units; sessions at its root work but break
+        // its single-writer rule, so say so where the admin looks.
+        if (!delegated && cgroup_text::delegated_unit(own_path, true)) {
+          m.detail_ += " (unit " + own_path + " is not delegated: set Delegate=yes)";
+        }
+        return m;
       }
       reasons.push_back(fmt::format("cgroup2 at {} offers no memory+pids ({})", probe,
                                     offered.empty() ? "none" : join(offered, " ")));

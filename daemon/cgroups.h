@@ -130,8 +130,11 @@ class CgroupManager {
   // is usable, or preparing fails, returns mode()==kNone with the reason (path, errno) in
   // detail(). Throws only std::invalid_argument, for an invalid config.parent.
   // Delegation is assumed when our v2 cgroup is a .service/.scope (or its "daemon" leaf) and
-  // either the unit directory carries systemd's trusted.delegate/user.delegate xattr (systemd
-  // >= 251) or the environment has PANDO_CGROUP_DELEGATED=1 (for older systemd).
+  // either the unit directory carries systemd's trusted.delegate/user.delegate xattr (set by
+  // recent systemd for Delegate= units) or the environment has PANDO_CGROUP_DELEGATED=1 (for
+  // older systemd). Call it before signalling readiness to systemd: by then the unit's own
+  // cgroup must hold no process. Without delegation, sessions go under /<parent> of the v2
+  // root, and detail() warns when we run inside a systemd unit (systemd owns that tree).
   static CgroupManager detect(const pando::helper::config::v1::CgroupConfig& config);
 
   // Inputs for preparing a v2 layout; detect() fills them from /proc, tests pass their own.
