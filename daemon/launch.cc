@@ -83,9 +83,15 @@ StartedSandbox start_sandbox(int launcher_fd, const ResolvedProject& project) {
   plan_move(child_stdout.get(), 1);
   plan_move(child_stderr.get(), 2);
   plan_move(child_control.get(), sandbox::kControlFd);
-  plan_move(project.root.get(), sandbox::kProjectFd);
-  plan_move(project.sandbox_dir.get(), sandbox::kSandboxDirFd);
-  if (project.auth_home.valid()) plan_move(project.auth_home.get(), sandbox::kAuthHomeFd);
+  // Detached copies of the caller's directories: only in this (the daemon's)
+  // mount namespace can they be cloned; the launcher mounts them.
+  const UniqueFd project_tree = sandbox::clone_detached_tree(project.root.get());
+  const UniqueFd sandbox_tree = sandbox::clone_detached_tree(project.sandbox_dir.get());
+  UniqueFd auth_tree;
+  if (project.auth_home.valid()) auth_tree = sandbox::clone_detached_tree(project.auth_home.get());
+  plan_move(project_tree.get(), sandbox::kProjectFd);
+  plan_move(sandbox_tree.get(), sandbox::kSandboxDirFd);
+  if (auth_tree.valid()) plan_move(auth_tree.get(), sandbox::kAuthHomeFd);
   plan_move(launcher_fd, kLauncherExecFd);
 
   int pidfd = -1;

@@ -21,7 +21,8 @@ struct StartedSandbox {
 // clone3() in new mount, pid, network, IPC and UTS namespaces, its stdio on
 // fresh pipes and the project fds at the numbers proto/sandbox.proto names.
 // Between clone3 and execveat the child only calls async-signal-safe
-// syscalls. Throws std::system_error.
+// syscalls. Throws std::system_error, or sandbox::SetupError when a
+// directory cannot be cloned for mounting.
 StartedSandbox start_sandbox(int launcher_fd, const ResolvedProject& project);
 
 }  // namespace pando::daemon

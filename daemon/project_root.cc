@@ -80,7 +80,7 @@ std::variant<UniqueFd, RequestError> make_owned_dir(int parent, const std::strin
 
 int open_dir_no_symlinks(int dirfd, const std::string& path) {
   struct open_how how {};
-  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW;
+  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
   how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
   if (dirfd != AT_FDCWD) how.resolve |= RESOLVE_BENEATH;
   return static_cast<int>(syscall(SYS_openat2, dirfd, path.c_str(), &how, sizeof(how)));

@@ -19,6 +19,7 @@
 #include "daemon/daemon.h"
 #include "daemon/plan.h"
 #include "daemon/project_root.h"
+#include "daemon/sandbox/setup_error.h"
 
 namespace pando::daemon {
 
@@ -222,6 +223,8 @@ std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& requ
   }
   try {
     sandbox_ = start_sandbox(daemon_.launcher_fd(), project);
+  } catch (const sandbox::SetupError& e) {
+    return wire::RequestError{e.code(), e.what()};
   } catch (const std::exception& e) {
     return wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};
   }

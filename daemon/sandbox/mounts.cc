@@ -575,11 +575,22 @@ void populate_system(int root_fd) {
   }
 }
 
-void populate_runtime_paths(const SandboxPlan& plan, int root_fd) {
+// Cloned before the new root covers the host's /tmp, where a runtime path may live.
+std::vector<UniqueFd> clone_runtime_paths(const SandboxPlan& plan) {
+  std::vector<UniqueFd> trees;
   for (const std::string& path : plan.runtime_paths()) {
+    if (split_absolute(path, "runtime path").empty()) fail("runtime path / is not allowed");
+    trees.push_back(clone_host_tree(AT_FDCWD, path.c_str(), true, "runtime path " + path));
+  }
+  return trees;
+}
+
+void populate_runtime_paths(const SandboxPlan& plan, const std::vector<UniqueFd>& trees,
+                            int root_fd) {
+  for (int i = 0; i < plan.runtime_paths_size(); ++i) {
+    const std::string& path = plan.runtime_paths(i);
     std::vector<std::string> parts = split_absolute(path, "runtime path");
-    if (parts.empty()) fail("runtime path / is not allowed");
-    UniqueFd tree = clone_host_tree(AT_FDCWD, path.c_str(), true, "runtime path " + path);
+    const UniqueFd& tree = trees[static_cast<size_t>(i)];
     struct stat st {};
     if (fstat(tree.get(), &st) != 0) throw_errno("fstat runtime path " + path);
     UniqueFd target;
@@ -741,6 +752,7 @@ void build_filesystem_view(const SandboxPlan& plan) {
   // The new root is attached on /tmp of this (private) mount namespace: an
   // existing root-owned directory, so nothing is created on the host; the
   // whole old tree is detached by pivot_root below.
+  const std::vector<UniqueFd> runtime_trees = clone_runtime_paths(plan);
   UniqueFd root = new_filesystem("tmpfs", {{"mode", "0755"}, {"size", "1m"}, {"nr_inodes", "4096"}},
                                  MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
   {
@@ -765,7 +777,7 @@ void build_filesystem_view(const SandboxPlan& plan) {
     attach(tmp.get(), target.get(), "/tmp");
     verify_mount_flags(tmp.get(), ST_NOSUID | ST_NODEV, "/tmp");
   }
-  populate_runtime_paths(plan, root.get());
+  populate_runtime_paths(plan, runtime_trees, root.get());
 
   UniqueFd userns = make_idmap_userns(proc.get(), ids.caller_uid(), ids.caller_gid(),
                                       ids.role_uid(), ids.role_gid());

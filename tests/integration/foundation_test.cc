@@ -1,0 +1,371 @@
+// Issue 2: the daemon, the client and the protocol, end to end, as an
+// unprivileged caller.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/integration/harness.h"
+
+namespace pando::itest {
+namespace {
+
+namespace v1 = pando::helper::v1;
+using namespace std::chrono_literals;
+
+class FoundationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u) << "integration tests run as root";
+    daemon_ = std::make_unique<Daemon>();
+    project_ = daemon_->dir().make_dir("proj", caller());
+  }
+  RunResult sh(const std::string& script, const std::string& role = "workspace",
+               std::string extra_stdin = "", RunOptions options = {}) {
+    options.stdin_data = script + "\n" + extra_stdin;
+    return launch(*daemon_, caller(), role, project_, options);
+  }
+  v1::Rejected expect_rejected(RawClient& client) {
+    auto frame = client.read_frame(10s);
+    EXPECT_TRUE(frame.has_value()) << daemon_->log();
+    v1::Rejected rejected;
+    if (!frame) return rejected;
+    EXPECT_EQ(frame->type, v1::FRAME_REJECTED);
+    EXPECT_TRUE(rejected.ParseFromArray(frame->payload.data(), static_cast<int>(frame->payload.size())));
+    EXPECT_FALSE(rejected.message().empty());
+    EXPECT_EQ(rejected.message().find('\n'), std::string::npos);
+    EXPECT_TRUE(client.closed_by_peer(5s));
+    return rejected;
+  }
+  v1::ErrorCode reject_code_for_root(const std::string& root, v1::Role role = v1::ROLE_WORKSPACE) {
+    RawClient client(daemon_->socket_path(), caller());
+    client.send_preface();
+    client.send_frame(v1::FRAME_LAUNCH_REQUEST, client.launch_request(role, root));
+    return expect_rejected(client).code();
+  }
+  void expect_still_serving() {
+    const RunResult r = sh("echo alive");
+    EXPECT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+    EXPECT_EQ(r.out, "alive\n");
+  }
+
+  std::unique_ptr<Daemon> daemon_;
+  std::string project_;
+};
+
+TEST_F(FoundationTest, RunsAsRoleUserWithFixedEnvironment) {
+  const RunResult r = sh("id -u; echo $PANDO_PROCESS_ROLE; echo $HOME");
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out, std::to_string(workspace_user().uid) + "\nworkspace\n" + project_ +
+                       "/.pando-sandbox/workspace/home\n");
+}
+
+TEST_F(FoundationTest, BinarySafeRoundTripOf100MiB) {
+  std::string data;
+  data.reserve(100 << 20);
+  for (size_t i = 0; data.size() < (100u << 20); ++i) data.push_back(static_cast<char>(i % 256));
+  RunOptions options;
+  options.timeout = 300s;
+  const RunResult r = sh("exec cat", "workspace", data, options);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.out.size(), data.size());
+  EXPECT_EQ(sha256(r.out), sha256(data));
+}
+
+TEST_F(FoundationTest, AllByteValuesSurviveBothWays) {
+  std::string data;
+  for (int round = 0; round < 3; ++round) {
+    for (int b = 0; b < 256; ++b) data.push_back(static_cast<char>(b));
+  }
+  const RunResult r = sh("exec cat", "core", data);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, data);
+}
+
+TEST_F(FoundationTest, StderrIsKeptSeparate) {
+  const RunResult r = sh("echo to-out; echo to-err >&2; echo more-out");
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "to-out\nmore-out\n");
+  EXPECT_EQ(r.err, "to-err\n");
+}
+
+TEST_F(FoundationTest, ExitCodeIsPropagated) {
+  EXPECT_EQ(sh("exit 42").exit_code, 42);
+  EXPECT_EQ(sh("exit 0").exit_code, 0);
+}
+
+TEST_F(FoundationTest, TerminatingSignalBecomes128PlusN) {
+  const RunResult r = sh("kill -TERM $$");
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM);
+  const RunResult k = sh("kill -KILL $$");
+  EXPECT_EQ(k.exit_code, 128 + SIGKILL);
+}
+
+TEST_F(FoundationTest, StdinEofReachesTheChild) {
+  const RunResult r = sh("exec wc -c", "workspace", "hello");
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "5\n");
+}
+
+TEST_F(FoundationTest, NoOutputLostWhenChildExitsRightAfterWriting) {
+  const RunResult r = sh("head -c 3000000 /dev/zero | tr '\\0' x; exit 3");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.out.size(), 3000000u);
+}
+
+TEST_F(FoundationTest, SigintToClientIsForwarded) {
+  RunningClient client(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
+                                  "--project-root", project_, "--stdio", "--socket",
+                                  daemon_->socket_path()});
+  ASSERT_TRUE(client.write_all(
+      "trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.05; done\n"));
+  ASSERT_TRUE(client.read_until("ready", 20s));
+  kill(client.pid(), SIGINT);
+  ASSERT_TRUE(client.read_until("got-int", 20s));
+  const int status = client.wait(20s);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 7);
+}
+
+TEST_F(FoundationTest, ClientSigkillTakesTheWholeTreeWithinASecond) {
+  RunningClient client(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
+                                  "--project-root", project_, "--stdio", "--socket",
+                                  daemon_->socket_path()});
+  ASSERT_TRUE(client.write_all("sleep 1000 & sleep 1000 & (sleep 1000 &) ; echo ready; exec sleep 1000\n"));
+  ASSERT_TRUE(client.read_until("ready", 20s));
+  ASSERT_GE(processes_of(workspace_user().uid).size(), 3u);
+  kill(client.pid(), SIGKILL);
+  client.wait(5s);
+  EXPECT_TRUE(eventually([] { return processes_of(workspace_user().uid).empty(); }, 1s))
+      << processes_of(workspace_user().uid).size() << " processes left";
+}
+
+TEST_F(FoundationTest, ClientSigkillWhileChildIgnoresStdin) {
+  RunningClient client(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
+                                  "--project-root", project_, "--stdio", "--socket",
+                                  daemon_->socket_path()});
+  ASSERT_TRUE(client.write_all("echo ready; exec sleep 1000\n"));
+  ASSERT_TRUE(client.read_until("ready", 20s));
+  // Fill every buffer between client and child: the child never reads it.
+  fcntl(client.stdin_fd(), F_SETFL, O_NONBLOCK);
+  const std::string chunk(1 << 20, 'z');
+  for (int i = 0; i < 16; ++i) {
+    if (write(client.stdin_fd(), chunk.data(), chunk.size()) < 0) break;
+  }
+  kill(client.pid(), SIGKILL);
+  client.wait(5s);
+  EXPECT_TRUE(eventually([] { return processes_of(workspace_user().uid).empty(); }, 1s));
+}
+
+TEST_F(FoundationTest, FiftyConcurrentSessions) {
+  std::vector<std::unique_ptr<RunningClient>> clients;
+  for (int i = 0; i < 50; ++i) {
+    clients.push_back(std::make_unique<RunningClient>(
+        caller(), std::vector<std::string>{daemon_->client(), "security", "launch", "--role",
+                                           i % 2 ? "core" : "workspace", "--project-root", project_,
+                                           "--stdio", "--socket", daemon_->socket_path()}));
+    ASSERT_TRUE(clients.back()->write_all("read x; echo session-$x\n" + std::to_string(i) + "\n"));
+    clients.back()->close_stdin();
+  }
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_TRUE(clients[i]->read_until("session-" + std::to_string(i) + "\n", 120s)) << i;
+    const int status = clients[i]->wait(120s);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << i << " " << clients[i]->err();
+  }
+}
+
+TEST_F(FoundationTest, RejectionsReachRawClientsWithTheirCodes) {
+  const std::string other_dir = daemon_->dir().make_dir("others", other_user());
+  const std::string locked = daemon_->dir().make_dir("locked", other_user(), 0700);
+  const std::string inside_locked = locked + "/mine";
+  std::filesystem::create_directory(inside_locked);
+  chown(inside_locked.c_str(), caller().uid, caller().gid);
+  const std::string real = daemon_->dir().make_dir("real", caller());
+  const std::string link = daemon_->dir().path() + "/link";
+  symlink(real.c_str(), link.c_str());
+  const std::string file = daemon_->dir().write_file("afile", "x", caller());
+
+  // Keep one session alive through all rejections: the daemon must keep serving it.
+  RunningClient live(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
+                                "--project-root", project_, "--stdio", "--socket",
+                                daemon_->socket_path()});
+  ASSERT_TRUE(live.write_all("exec cat\n"));
+
+  EXPECT_EQ(reject_code_for_root(""), v1::ERROR_PATH_EMPTY);
+  EXPECT_EQ(reject_code_for_root("relative/path"), v1::ERROR_PATH_NOT_ABSOLUTE);
+  EXPECT_EQ(reject_code_for_root(project_ + "/"), v1::ERROR_PATH_NOT_NORMALIZED);
+  EXPECT_EQ(reject_code_for_root(project_ + "/../proj"), v1::ERROR_PATH_NOT_NORMALIZED);
+  EXPECT_EQ(reject_code_for_root(daemon_->dir().path() + "//proj"), v1::ERROR_PATH_NOT_NORMALIZED);
+  EXPECT_EQ(reject_code_for_root(project_ + "/."), v1::ERROR_PATH_NOT_NORMALIZED);
+  EXPECT_EQ(reject_code_for_root("/" + std::string(5000, 'a')), v1::ERROR_PATH_TOO_LONG);
+  EXPECT_EQ(reject_code_for_root(project_ + std::string("\0x", 2)), v1::ERROR_PATH_HAS_NUL);
+  EXPECT_EQ(reject_code_for_root(project_ + "/missing"), v1::ERROR_PATH_NOT_FOUND);
+  EXPECT_EQ(reject_code_for_root(link), v1::ERROR_PATH_SYMLINK);
+  EXPECT_EQ(reject_code_for_root(file), v1::ERROR_PATH_NOT_DIRECTORY);
+  EXPECT_EQ(reject_code_for_root(other_dir), v1::ERROR_PATH_NOT_OWNED);
+  EXPECT_EQ(reject_code_for_root(inside_locked), v1::ERROR_PATH_ACCESS_DENIED);
+  EXPECT_EQ(reject_code_for_root("/etc"), v1::ERROR_PATH_FORBIDDEN);
+  EXPECT_EQ(reject_code_for_root("/"), v1::ERROR_PATH_FORBIDDEN);
+  EXPECT_EQ(reject_code_for_root("/home"), v1::ERROR_PATH_FORBIDDEN);
+  EXPECT_EQ(reject_code_for_root(project_, static_cast<v1::Role>(9)), v1::ERROR_UNKNOWN_ROLE);
+  EXPECT_EQ(reject_code_for_root(project_, v1::ROLE_UNSPECIFIED), v1::ERROR_UNKNOWN_ROLE);
+
+  {  // garbage instead of a preface
+    RawClient client(daemon_->socket_path(), caller());
+    client.send_bytes("GET / HTTP/1.1\r\n\r\n");
+    EXPECT_EQ(expect_rejected(client).code(), v1::ERROR_BAD_PREFACE);
+  }
+  {  // a version this daemon does not speak
+    RawClient client(daemon_->socket_path(), caller());
+    const auto preface = wire::make_preface(99);
+    client.send_bytes(std::string(preface.begin(), preface.end()));
+    EXPECT_EQ(expect_rejected(client).code(), v1::ERROR_UNSUPPORTED_VERSION);
+  }
+  {  // a frame over the cap: rejected from its header alone
+    RawClient client(daemon_->socket_path(), caller());
+    client.send_preface();
+    const auto header = wire::encode_header(v1::FRAME_LAUNCH_REQUEST, 1u << 30);
+    client.send_bytes(std::string(header.begin(), header.end()));
+    EXPECT_EQ(expect_rejected(client).code(), v1::ERROR_FRAME_TOO_LARGE);
+  }
+  {  // stdin data before any request
+    RawClient client(daemon_->socket_path(), caller());
+    client.send_preface();
+    client.send_frame(v1::FRAME_STDIN_DATA, "hello");
+    EXPECT_EQ(expect_rejected(client).code(), v1::ERROR_UNEXPECTED_FRAME);
+  }
+  {  // an unknown frame type
+    RawClient client(daemon_->socket_path(), caller());
+    client.send_preface();
+    client.send_frame(static_cast<v1::FrameType>(77), "");
+    EXPECT_EQ(expect_rejected(client).code(), v1::ERROR_UNEXPECTED_FRAME);
+  }
+  {  // bytes that are not a LaunchRequest
+    RawClient client(daemon_->socket_path(), caller());
+    client.send_preface();
+    client.send_frame(v1::FRAME_LAUNCH_REQUEST, "\xff\xff\xff\xff\xff");
+    EXPECT_EQ(expect_rejected(client).code(), v1::ERROR_MALFORMED_REQUEST);
+  }
+  {  // a field LaunchRequest does not define (field 3: argv smuggling)
+    RawClient client(daemon_->socket_path(), caller());
+    client.send_preface();
+    std::string payload = client.launch_request(v1::ROLE_WORKSPACE, project_);
+    payload += std::string("\x1a\x07/bin/sh", 9);
+    client.send_frame(v1::FRAME_LAUNCH_REQUEST, payload);
+    EXPECT_EQ(expect_rejected(client).code(), v1::ERROR_UNKNOWN_FIELDS);
+  }
+  {  // a second request on one connection
+    RawClient client(daemon_->socket_path(), caller());
+    client.send_preface();
+    const std::string request = client.launch_request(v1::ROLE_WORKSPACE, project_);
+    client.send_frame(v1::FRAME_LAUNCH_REQUEST, request);
+    client.send_frame(v1::FRAME_LAUNCH_REQUEST, request);
+    auto rejected = client.read_until(v1::FRAME_REJECTED, 20s);
+    ASSERT_TRUE(rejected.has_value());
+    v1::Rejected message;
+    message.ParseFromArray(rejected->payload.data(), static_cast<int>(rejected->payload.size()));
+    EXPECT_EQ(message.code(), v1::ERROR_DUPLICATE_REQUEST);
+    EXPECT_TRUE(client.closed_by_peer(10s));
+  }
+
+  ASSERT_TRUE(live.write_all("still-here\n"));
+  EXPECT_TRUE(live.read_until("still-here\n", 20s));
+  live.close_stdin();
+  const int status = live.wait(20s);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  expect_still_serving();
+}
+
+TEST_F(FoundationTest, SilentClientIsTimedOut) {
+  RawClient silent(daemon_->socket_path(), caller());
+  EXPECT_EQ(expect_rejected(silent).code(), v1::ERROR_HANDSHAKE_TIMEOUT);
+  RawClient half(daemon_->socket_path(), caller());
+  half.send_preface();
+  EXPECT_EQ(expect_rejected(half).code(), v1::ERROR_HANDSHAKE_TIMEOUT);
+  expect_still_serving();
+}
+
+TEST_F(FoundationTest, SlowlorisDoesNotBlockOthers) {
+  std::vector<std::unique_ptr<RawClient>> idle;
+  for (int i = 0; i < 20; ++i) {
+    idle.push_back(std::make_unique<RawClient>(daemon_->socket_path(), caller()));
+    idle.back()->send_bytes("PN");
+  }
+  expect_still_serving();
+}
+
+TEST_F(FoundationTest, ClientRejectionIsOneClearLineAndExit77) {
+  const RunResult r = launch(*daemon_, caller(), "workspace", "/etc");
+  EXPECT_EQ(r.exit_code, 77);
+  EXPECT_NE(r.err.find("ERROR_PATH_FORBIDDEN"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST_F(FoundationTest, ClientWithoutDaemonSaysHowToStartIt) {
+  const RunResult r = run_as(caller(), {daemon_->client(), "security", "launch", "--role",
+                                        "workspace", "--project-root", project_, "--stdio",
+                                        "--socket", daemon_->dir().path() + "/nothing.sock"});
+  EXPECT_EQ(r.exit_code, 69);
+  EXPECT_NE(r.err.find("pando-helperd"), std::string::npos);
+  EXPECT_TRUE(r.out.empty());
+}
+
+TEST_F(FoundationTest, StatusAnswers) {
+  const RunResult r = run_as(caller(), {daemon_->client(), "security", "status", "--socket",
+                                        daemon_->socket_path(), "--project-root", project_});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("version: "), std::string::npos);
+  EXPECT_NE(r.out.find("layer idmapped_mounts: available"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layer landlock"), std::string::npos);
+}
+
+TEST_F(FoundationTest, PerUserSessionLimit) {
+  daemon_.reset();
+  DaemonOptions options;
+  options.max_sessions_per_uid = 1;
+  daemon_ = std::make_unique<Daemon>(options);
+  project_ = daemon_->dir().make_dir("proj", caller());
+  RunningClient first(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
+                                 "--project-root", project_, "--stdio", "--socket",
+                                 daemon_->socket_path()});
+  ASSERT_TRUE(first.write_all("echo ready; exec cat\n"));
+  ASSERT_TRUE(first.read_until("ready", 20s));
+  EXPECT_EQ(reject_code_for_root(project_), v1::ERROR_TOO_MANY_SESSIONS_FOR_USER);
+  first.close_stdin();
+  first.wait(20s);
+  expect_still_serving();
+}
+
+TEST_F(FoundationTest, SigtermWithLiveSessionsEndsThemWithAReason) {
+  RunningClient client(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
+                                  "--project-root", project_, "--stdio", "--socket",
+                                  daemon_->socket_path()});
+  ASSERT_TRUE(client.write_all("echo ready; exec sleep 1000\n"));
+  ASSERT_TRUE(client.read_until("ready", 20s));
+  const int daemon_status = daemon_->stop();
+  EXPECT_TRUE(WIFEXITED(daemon_status) && WEXITSTATUS(daemon_status) == 0);
+  const int status = client.wait(20s);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGKILL);
+  EXPECT_NE(client.err().find("shutting down"), std::string::npos) << client.err();
+  struct stat st {};
+  EXPECT_NE(lstat(daemon_->socket_path().c_str(), &st), 0) << "socket file left behind";
+  EXPECT_TRUE(processes_of(workspace_user().uid).empty());
+}
+
+TEST_F(FoundationTest, StaleSocketIsReplaced) {
+  const std::string socket = daemon_->socket_path();
+  daemon_->kill_hard();
+  struct stat st {};
+  ASSERT_EQ(lstat(socket.c_str(), &st), 0);
+  daemon_.reset();
+}
+
+}  // namespace
+}  // namespace pando::itest

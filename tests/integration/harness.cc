@@ -1,0 +1,582 @@
+#include "tests/integration/harness.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace pando::itest {
+
+namespace fs = std::filesystem;
+namespace v1 = pando::helper::v1;
+using namespace std::chrono_literals;
+
+namespace {
+
+int run_command(const std::vector<std::string>& argv) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const int devnull = open("/dev/null", O_RDWR);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::optional<TestUser> lookup(const std::string& name) {
+  struct passwd* pw = getpwnam(name.c_str());
+  if (pw == nullptr) return std::nullopt;
+  return TestUser{name, pw->pw_uid, pw->pw_gid};
+}
+
+void delete_user(const std::string& name) {
+  if (!lookup(name)) return;
+  run_command({"/usr/sbin/userdel", "-f", name});
+  if (getgrnam(name.c_str()) != nullptr) run_command({"/usr/sbin/groupdel", name});
+}
+
+TestUser create_user(const std::string& name, bool system) {
+  delete_user(name);
+  std::vector<std::string> argv = {"/usr/sbin/useradd", "--user-group", "--no-create-home",
+                                   "--home-dir",        "/nonexistent", "--shell",
+                                   "/usr/sbin/nologin"};
+  if (system) argv.push_back("--system");
+  argv.push_back(name);
+  if (run_command(argv) != 0) throw std::runtime_error("useradd " + name + " failed");
+  return *lookup(name);
+}
+
+struct Users {
+  TestUser caller, other, core, workspace;
+};
+Users* g_users = nullptr;
+
+class UsersEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (geteuid() != 0) return;
+    g_users = new Users{create_user("pandotest-icaller", false), create_user("pandotest-iother", false),
+                        create_user("pandotest-icore", true), create_user("pandotest-iws", true)};
+  }
+  void TearDown() override {
+    for (const char* name : {"pandotest-icaller", "pandotest-iother", "pandotest-icore", "pandotest-iws"}) {
+      delete_user(name);
+    }
+    delete g_users;
+    g_users = nullptr;
+  }
+};
+
+const bool g_registered = [] {
+  ::testing::AddGlobalTestEnvironment(new UsersEnvironment);
+  return true;
+}();
+
+const Users& users() {
+  if (g_users == nullptr) throw std::runtime_error("integration tests must run as root");
+  return *g_users;
+}
+
+void copy_file(const std::string& from, const std::string& to, mode_t mode) {
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+  chmod(to.c_str(), mode);
+}
+
+void become(const TestUser& user) {
+  const gid_t groups[] = {user.gid};
+  if (setgroups(1, groups) != 0 || setresgid(user.gid, user.gid, user.gid) != 0 ||
+      setresuid(user.uid, user.uid, user.uid) != 0) {
+    _exit(126);
+  }
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& items) {
+  std::vector<char*> out;
+  for (auto& item : items) out.push_back(item.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+const TestUser& caller() { return users().caller; }
+const TestUser& other_user() { return users().other; }
+const TestUser& core_user() { return users().core; }
+const TestUser& workspace_user() { return users().workspace; }
+
+// --- TempDir -----------------------------------------------------------------
+
+TempDir::TempDir() {
+  char templ[] = "/tmp/pandotest-XXXXXX";
+  if (mkdtemp(templ) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = templ;
+  chmod(path_.c_str(), 0755);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::string TempDir::make_dir(const std::string& name, const TestUser& owner, mode_t mode) const {
+  const std::string path = path_ + "/" + name;
+  fs::create_directories(path);
+  chown(path.c_str(), owner.uid, owner.gid);
+  chmod(path.c_str(), mode);
+  return path;
+}
+
+std::string TempDir::write_file(const std::string& name, const std::string& content,
+                                const TestUser& owner, mode_t mode) const {
+  const std::string path = path_ + "/" + name;
+  std::ofstream(path, std::ios::binary) << content;
+  chown(path.c_str(), owner.uid, owner.gid);
+  chmod(path.c_str(), mode);
+  return path;
+}
+
+// --- Daemon ------------------------------------------------------------------
+
+Daemon::Daemon(DaemonOptions options) {
+  bin_dir_ = dir_.path() + "/bin";
+  fs::create_directories(bin_dir_);
+  chmod(bin_dir_.c_str(), 0755);
+  copy_file(PANDO_CLIENT_BIN, client(), 0755);
+  copy_file(PANDO_PROBE_BIN, probe(), 0755);
+  socket_ = dir_.path() + "/run/helper.sock";
+  log_path_ = dir_.path() + "/daemon.log";
+
+  auto role = [&](const std::string& name, const std::string& user, const std::string& argv_text) {
+    std::string text = name + " {\n  user: \"" + user + "\"\n";
+    if (argv_text.empty()) {
+      text += "  argv: \"/bin/sh\"\n  argv: \"-c\"\n  argv: \"IFS= read -r cmd && eval \\\"$cmd\\\"\"\n";
+    } else {
+      text += argv_text + "\n";
+    }
+    text += "  runtime_paths: \"" + bin_dir_ + "\"\n}\n";
+    return text;
+  };
+  std::ostringstream config;
+  config << "sandbox_helper_path: \"" << PANDO_SANDBOX_BIN << "\"\n"
+         << "handshake_timeout_ms: " << options.handshake_timeout_ms << "\n"
+         << "max_sessions: " << options.max_sessions << "\n"
+         << "max_sessions_per_uid: " << options.max_sessions_per_uid << "\n"
+         << "log_level: \"debug\"\n"
+         << role("core", core_user().name, options.core_argv_text)
+         << role("workspace", workspace_user().name, options.workspace_argv_text)
+         << "cgroups { parent: \"pandotest-i" << getpid() << "\" }\n"
+         << options.extra_config << "\n";
+  const std::string config_path = dir_.path() + "/helperd.conf";
+  std::ofstream(config_path) << config.str();
+  chmod(config_path.c_str(), 0644);
+
+  pid_ = fork();
+  if (pid_ == 0) {
+    const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, 0);
+    dup2(log, 1);
+    dup2(log, 2);
+    execl(PANDO_DAEMON_BIN, "pando-helperd", "--config", config_path.c_str(), "--socket",
+          socket_.c_str(), "--foreground", nullptr);
+    _exit(127);
+  }
+  const bool up = eventually(
+      [&] {
+        UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        std::strncpy(addr.sun_path, socket_.c_str(), sizeof(addr.sun_path) - 1);
+        return connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+      },
+      20s);
+  if (!up) throw std::runtime_error("pando-helperd did not come up: " + log());
+}
+
+Daemon::~Daemon() {
+  if (running()) stop();
+  const std::string parent = "pandotest-i" + std::to_string(getpid());
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/sys/fs/cgroup", ec)) {
+    rmdir((entry.path().string() + "/" + parent).c_str());
+  }
+  rmdir(("/sys/fs/cgroup/" + parent).c_str());
+}
+
+bool Daemon::running() const { return pid_ > 0; }
+
+std::string Daemon::log() const {
+  std::ifstream in(log_path_);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int Daemon::stop(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (waitpid(pid_, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+      status = -1;
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  pid_ = -1;
+  return status;
+}
+
+void Daemon::kill_hard() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+// --- running clients -----------------------------------------------------------
+
+RunResult run_as(const TestUser& user, const std::vector<std::string>& argv, RunOptions options) {
+  RunningClient client(user, argv, options.env);
+  RunResult result;
+  size_t written = 0;
+  if (options.stdin_data.empty() && options.close_stdin_after) client.close_stdin();
+  if (client.stdin_fd() >= 0) fcntl(client.stdin_fd(), F_SETFL, O_NONBLOCK);
+  const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  int readers[2] = {client.stdout_fd(), client.stderr_fd()};
+  std::string* sinks[2] = {&result.out, &result.err};
+  for (;;) {
+    pollfd fds[3];
+    nfds_t n = 0;
+    for (int fd : readers) fds[n++] = {fd, POLLIN, 0};
+    const bool writing = client.stdin_fd() >= 0 && written < options.stdin_data.size();
+    if (writing) fds[n++] = {client.stdin_fd(), POLLOUT, 0};
+    if (readers[0] < 0 && readers[1] < 0) break;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      result.timed_out = true;
+      break;
+    }
+    if (poll(fds, n, static_cast<int>(std::min<long>(left.count(), 1000))) < 0 && errno != EINTR) {
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (readers[i] < 0 || fds[i].revents == 0) continue;
+      char buffer[65536];
+      const ssize_t r = read(readers[i], buffer, sizeof(buffer));
+      if (r > 0) {
+        sinks[i]->append(buffer, static_cast<size_t>(r));
+      } else if (r == 0 || errno != EINTR) {
+        readers[i] = -1;
+      }
+    }
+    if (writing && fds[2].revents) {
+      const ssize_t w = write(client.stdin_fd(), options.stdin_data.data() + written,
+                              options.stdin_data.size() - written);
+      if (w > 0) written += static_cast<size_t>(w);
+      if (w < 0 && errno != EAGAIN && errno != EINTR) written = options.stdin_data.size();
+      if (written == options.stdin_data.size() && options.close_stdin_after) client.close_stdin();
+    }
+  }
+  const int status = client.wait(result.timed_out ? 1ms : options.timeout);
+  result.err += client.err();
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  return result;
+}
+
+RunResult launch(const Daemon& daemon, const TestUser& user, const std::string& role,
+                 const std::string& project, RunOptions options) {
+  return run_as(user,
+                {daemon.client(), "security", "launch", "--role", role, "--project-root", project,
+                 "--stdio", "--socket", daemon.socket_path()},
+                std::move(options));
+}
+
+RunningClient::RunningClient(const TestUser& user, const std::vector<std::string>& argv,
+                             const std::map<std::string, std::string>& env) {
+  int in[2], out[2], err[2];
+  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+    throw std::runtime_error("pipe2 failed");
+  }
+  std::vector<std::string> args = argv;
+  std::vector<std::string> environment = {"PANDO_DEBUG=0"};
+  for (const auto& [key, value] : env) environment.push_back(key + "=" + value);
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    if (chdir("/") != 0) _exit(126);
+    become(user);
+    auto cargs = c_strings(args);
+    auto cenv = c_strings(environment);
+    execve(cargs[0], cargs.data(), cenv.data());
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  close(err[1]);
+  stdin_.reset(in[1]);
+  stdout_.reset(out[0]);
+  stderr_.reset(err[0]);
+}
+
+RunningClient::~RunningClient() {
+  if (!reaped_ && pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+bool RunningClient::write_all(const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(stdin_.get(), data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd pfd{stdin_.get(), POLLOUT, 0};
+      poll(&pfd, 1, 1000);
+      continue;
+    }
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool RunningClient::read_until(const std::string& needle, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (out_.find(needle) == std::string::npos) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd pfd{stdout_.get(), POLLIN, 0};
+    if (poll(&pfd, 1, static_cast<int>(left.count())) <= 0) continue;
+    char buffer[4096];
+    const ssize_t n = read(stdout_.get(), buffer, sizeof(buffer));
+    if (n <= 0) return false;
+    out_.append(buffer, static_cast<size_t>(n));
+  }
+  return true;
+}
+
+int RunningClient::wait(std::chrono::milliseconds timeout) {
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Drain stderr meanwhile so the client never blocks on it.
+  fcntl(stderr_.get(), F_SETFL, O_NONBLOCK);
+  auto drain = [this] {
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(stderr_.get(), buffer, sizeof(buffer))) > 0) {
+      err_.append(buffer, static_cast<size_t>(n));
+    }
+  };
+  for (;;) {
+    drain();
+    if (waitpid(pid_, &status, WNOHANG) == pid_) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(2ms);
+  }
+  drain();
+  reaped_ = true;
+  return status;
+}
+
+// --- raw clients ---------------------------------------------------------------
+
+RawClient::RawClient(const std::string& socket, const TestUser& as) {
+  fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
+  // Per-thread effective ids (raw syscalls): the kernel records them at connect.
+  if (syscall(SYS_setresgid, -1, as.gid, -1) != 0 || syscall(SYS_setresuid, -1, as.uid, -1) != 0) {
+    throw std::runtime_error("cannot take the test user's ids");
+  }
+  const int rc = connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int err = errno;
+  if (syscall(SYS_setresuid, -1, 0, -1) != 0 || syscall(SYS_setresgid, -1, 0, -1) != 0) std::abort();
+  if (rc != 0) throw std::runtime_error(std::string("connect: ") + std::strerror(err));
+}
+
+bool RawClient::send_bytes(const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = send(fd_.get(), bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool RawClient::send_preface() {
+  const auto preface = wire::make_preface();
+  return send_bytes(std::string(preface.begin(), preface.end()));
+}
+
+bool RawClient::send_frame(v1::FrameType type, const std::string& payload) {
+  const auto header = wire::encode_header(type, static_cast<uint32_t>(payload.size()));
+  return send_bytes(std::string(header.begin(), header.end()) + payload);
+}
+
+std::string RawClient::launch_request(v1::Role role, const std::string& root) {
+  v1::LaunchRequest request;
+  request.set_role(role);
+  request.set_project_root(root);
+  return request.SerializeAsString();
+}
+
+std::optional<wire::FrameDecoder::Frame> RawClient::read_frame(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (auto frame = decoder_.next()) return frame;
+    if (decoder_.error() != wire::FrameDecoder::Error::kNone) return std::nullopt;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    pollfd pfd{fd_.get(), POLLIN, 0};
+    if (poll(&pfd, 1, static_cast<int>(left.count())) <= 0) continue;
+    uint8_t buffer[65536];
+    const ssize_t n = recv(fd_.get(), buffer, sizeof(buffer), 0);
+    if (n <= 0) return std::nullopt;
+    decoder_.feed(std::span<const uint8_t>(buffer, static_cast<size_t>(n)));
+  }
+}
+
+std::optional<wire::FrameDecoder::Frame> RawClient::read_until(uint8_t type,
+                                                              std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    auto frame = read_frame(std::max(left, 1ms));
+    if (!frame) return std::nullopt;
+    if (frame->type == type) return frame;
+  }
+}
+
+bool RawClient::closed_by_peer(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd pfd{fd_.get(), POLLIN, 0};
+    if (poll(&pfd, 1, static_cast<int>(left.count())) <= 0) continue;
+    uint8_t buffer[4096];
+    const ssize_t n = recv(fd_.get(), buffer, sizeof(buffer), 0);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+    if (n < 0) return false;
+  }
+}
+
+// --- utilities -------------------------------------------------------------------
+
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+std::string sha256(const std::string& data) {
+  char templ[] = "/tmp/pandotest-sha-XXXXXX";
+  const int fd = mkstemp(templ);
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  close(fd);
+  std::string out;
+  FILE* pipe = popen((std::string("sha256sum ") + templ).c_str(), "r");
+  char buffer[256];
+  if (pipe != nullptr && fgets(buffer, sizeof(buffer), pipe) != nullptr) out = buffer;
+  if (pipe != nullptr) pclose(pipe);
+  unlink(templ);
+  return out.substr(0, 64);
+}
+
+std::vector<pid_t> processes_of(uid_t uid) {
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    struct stat st {};
+    if (stat(entry.path().c_str(), &st) == 0 && st.st_uid == uid) {
+      pids.push_back(static_cast<pid_t>(std::stol(name)));
+    }
+  }
+  return pids;
+}
+
+size_t open_fd_count(pid_t pid) {
+  size_t count = 0;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    ++count;
+  }
+  return count;
+}
+
+std::vector<std::string> host_mounts() {
+  std::ifstream in("/proc/self/mountinfo");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::map<std::string, std::string> parse_probe_lines(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const auto space = line.find_first_of(" \t");
+    if (space == std::string::npos) continue;
+    out[line.substr(0, space)] = line.substr(line.find_first_not_of(" \t", space));
+  }
+  return out;
+}
+
+}  // namespace pando::itest

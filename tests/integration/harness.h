@@ -1,0 +1,186 @@
+#pragma once
+
+// Integration harness: the real pando-helperd on a temp socket with a temp
+// config, the real client run as an unprivileged test user, raw-socket clients,
+// and the test users themselves (prefix pandotest-i, created once per test
+// binary, removed at its end).
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "proto/framing.h"
+#include "proto/helper.pb.h"
+
+namespace pando::itest {
+
+struct TestUser {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// The users every integration test may use. Created by the gtest environment
+// registered in harness.cc.
+const TestUser& caller();       // unprivileged, owns the test projects
+const TestUser& other_user();   // a second unprivileged user
+const TestUser& core_user();    // role user for core
+const TestUser& workspace_user();
+
+// A root-owned 0755 temp dir, removed with everything in it by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  // Makes <path>/<name> owned by `owner`, mode 0755 (or `mode`).
+  std::string make_dir(const std::string& name, const TestUser& owner, mode_t mode = 0755) const;
+  std::string write_file(const std::string& name, const std::string& content, const TestUser& owner,
+                         mode_t mode = 0644) const;
+
+ private:
+  std::string path_;
+};
+
+// Role command used by default: reads ONE line from stdin (byte by byte, so
+// nothing after it is consumed) and evaluates it with sh. A test sends e.g.
+// "exec cat\n" followed by the bytes for cat.
+inline constexpr const char* kDispatchScript = "IFS= read -r cmd && eval \"$cmd\"";
+
+struct DaemonOptions {
+  std::string extra_config;        // appended text-format fields
+  std::string core_argv_text;      // replaces the default argv lines of core
+  std::string workspace_argv_text; // ... of workspace
+  unsigned handshake_timeout_ms = 2000;
+  unsigned max_sessions = 200;
+  unsigned max_sessions_per_uid = 200;
+};
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonOptions options = {});
+  ~Daemon();  // SIGTERM, wait; SIGKILL if it does not stop
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  const std::string& socket_path() const { return socket_; }
+  pid_t pid() const { return pid_; }
+  std::string log() const;           // the daemon's stderr (JSON lines) so far
+  // Where test binaries (client, probe) are copied: visible inside sandboxes
+  // as a read-only runtime path and reachable by the test users.
+  const std::string& bin_dir() const { return bin_dir_; }
+  std::string probe() const { return bin_dir_ + "/pando-sandbox-probe"; }
+  std::string client() const { return bin_dir_ + "/pando-helper"; }
+  const TempDir& dir() const { return dir_; }
+  // Sends SIGTERM and waits; returns the exit status (as from waitpid).
+  int stop(std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  // SIGKILL, reaped.
+  void kill_hard();
+  bool running() const;
+
+ private:
+  TempDir dir_;
+  std::string socket_;
+  std::string bin_dir_;
+  std::string log_path_;
+  pid_t pid_ = -1;
+};
+
+struct RunResult {
+  int exit_code = -1;   // -1 when killed by a signal
+  int signal = 0;
+  std::string out;
+  std::string err;
+  bool timed_out = false;
+};
+
+struct RunOptions {
+  std::string stdin_data;
+  bool close_stdin_after = true;
+  std::map<std::string, std::string> env;  // the whole environment of the client
+  std::chrono::milliseconds timeout = std::chrono::seconds(60);
+};
+
+// Runs argv as `user` (setgroups/setgid/setuid) with pipes for stdio.
+RunResult run_as(const TestUser& user, const std::vector<std::string>& argv, RunOptions options = {});
+
+// `pando-helper security launch --role R --project-root P --stdio --socket S` as `user`.
+RunResult launch(const Daemon& daemon, const TestUser& user, const std::string& role,
+                 const std::string& project, RunOptions options = {});
+
+// A client process started and left running, with pipes to its stdio.
+class RunningClient {
+ public:
+  RunningClient(const TestUser& user, const std::vector<std::string>& argv,
+                const std::map<std::string, std::string>& env = {});
+  ~RunningClient();
+  pid_t pid() const { return pid_; }
+  int stdin_fd() const { return stdin_.get(); }
+  int stdout_fd() const { return stdout_.get(); }
+  int stderr_fd() const { return stderr_.get(); }
+  void close_stdin() { stdin_.reset(); }
+  bool write_all(const std::string& data);
+  // Reads until `needle` appears in stdout or the timeout passes.
+  bool read_until(const std::string& needle, std::chrono::milliseconds timeout);
+  const std::string& out() const { return out_; }  // stdout read by read_until()
+  const std::string& err() const { return err_; }  // stderr read by wait()
+  // Waits for exit (SIGKILL after the timeout); returns the wait status.
+  int wait(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+ private:
+  pid_t pid_ = -1;
+  UniqueFd stdin_, stdout_, stderr_;
+  std::string out_;
+  std::string err_;
+  bool reaped_ = false;
+};
+
+// Raw protocol access, connected with the given user's credentials as the
+// kernel will report them (SO_PEERCRED).
+class RawClient {
+ public:
+  RawClient(const std::string& socket, const TestUser& as);
+  int fd() const { return fd_.get(); }
+  bool send_bytes(const std::string& bytes);
+  bool send_preface();
+  bool send_frame(pando::helper::v1::FrameType type, const std::string& payload);
+  std::string launch_request(pando::helper::v1::Role role, const std::string& root);
+  // Next frame, or nullopt on EOF/timeout.
+  std::optional<wire::FrameDecoder::Frame> read_frame(std::chrono::milliseconds timeout);
+  // Reads frames until one of `type` arrives (data frames are skipped).
+  std::optional<wire::FrameDecoder::Frame> read_until(uint8_t type, std::chrono::milliseconds timeout);
+  // True when the daemon closed the connection within the timeout.
+  bool closed_by_peer(std::chrono::milliseconds timeout);
+
+ private:
+  UniqueFd fd_;
+  wire::FrameDecoder decoder_;
+};
+
+// Waits until `pred` holds or the timeout passes.
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+
+// sha256 of data (via sha256sum, for test data only).
+std::string sha256(const std::string& data);
+
+// Pids of processes whose real uid is `uid`.
+std::vector<pid_t> processes_of(uid_t uid);
+
+// Number of open fds of a process.
+size_t open_fd_count(pid_t pid);
+
+// Lines of /proc/self/mountinfo.
+std::vector<std::string> host_mounts();
+
+// Parses `<key> <value>` lines into a map.
+std::map<std::string, std::string> parse_probe_lines(const std::string& text);
+
+}  // namespace pando::itest
