@@ -30,14 +30,21 @@ if getent passwd "$test_user" >/dev/null; then fail "user $test_user exists (lef
 tmp=$(mktemp -d /tmp/pandotest-debinst-XXXXXX)
 chmod 0755 "$tmp"
 
-# --- What "as found" means.
-snapshot() {
+# --- What "as found" means. Account files: every line there before is still
+# there unchanged, and no line names a user this test touches that was not
+# there before (lines other processes add meanwhile are not this test's).
+# Everything else: identical listings.
+account_files=(/etc/passwd /etc/group /etc/shadow /etc/gshadow /etc/subuid /etc/subgid)
+account_lines() {
 	local f
-	for f in /etc/passwd /etc/group /etc/shadow /etc/gshadow /etc/subuid /etc/subgid; do
-		if [ -e "$f" ]; then echo "$f $(sha256sum <"$f")"; else echo "$f absent"; fi
-	done
+	for f in "${account_files[@]}"; do
+		if [ -e "$f" ]; then sed "s|^|$f:|" "$f"; fi
+	done | LC_ALL=C sort
+}
+snapshot() {
 	find /etc/systemd/system /var/lib/systemd/deb-systemd-helper-enabled \
-		/var/lib/systemd/deb-systemd-helper-masked /etc/pando -printf '%p %y %l\n' 2>/dev/null | LC_ALL=C sort
+		/var/lib/systemd/deb-systemd-helper-masked /etc/pando /usr/share/doc/pando-helper \
+		/usr/libexec/pando-helper -printf '%p %y %l\n' 2>/dev/null | LC_ALL=C sort
 	[ -d /run/pando ] && echo "/run/pando present"
 	true
 }
@@ -46,6 +53,7 @@ for user in "${roles[@]}"; do
 	if getent passwd "$user" >/dev/null; then role_existed[$user]=1; else role_existed[$user]=0; fi
 done
 before=$(snapshot)
+accounts_before=$(account_lines)
 
 cleanup() {
 	if [ -n "$daemon_pid" ]; then
@@ -63,11 +71,19 @@ cleanup() {
 			if getent group "$user" >/dev/null; then groupdel "$user" || failed=1; fi
 		fi
 	done
-	local after
+	local after accounts_after removed added
 	after=$(snapshot)
 	if [ "$before" != "$after" ]; then
 		echo "FAIL: the machine is not as the test found it:" >&2
 		diff <(echo "$before") <(echo "$after") >&2
+		failed=1
+	fi
+	accounts_after=$(account_lines)
+	removed=$(LC_ALL=C comm -23 <(echo "$accounts_before") <(echo "$accounts_after"))
+	added=$(LC_ALL=C comm -13 <(echo "$accounts_before") <(echo "$accounts_after") |
+		grep -E "^/etc/[a-z]+:($test_user|${roles[0]}|${roles[1]}):" || true)
+	if [ -n "$removed$added" ]; then
+		echo "FAIL: account files not restored; removed or changed: $removed; added: $added" >&2
 		failed=1
 	fi
 	rm -rf "$tmp"
@@ -108,6 +124,20 @@ stop_daemon() {
 	return $rc
 }
 
+# launch ROLE PROJECT EXPECTED_STDOUT: one session as the test user.
+launch() {
+	local rc=0
+	as_test_user /usr/bin/pando-helper security launch --role "$1" --project-root "$2" --stdio \
+		--socket "$tmp/helper.sock" </dev/null >"$tmp/launch.out" 2>"$tmp/launch.err" || rc=$?
+	if [ "$rc" != 0 ] || [ "$(cat "$tmp/launch.out")" != "$3" ]; then
+		echo "launch $1: exit $rc; stdout:" >&2
+		cat "$tmp/launch.out" >&2
+		echo "stderr and daemon log:" >&2
+		cat "$tmp/launch.err" "$tmp/daemon-launch.log" >&2
+		fail "confined launch of role $1 for $test_user"
+	fi
+}
+
 run_checks() {
 	# --- Install.
 	dpkg -i "$deb" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log" >&2; fail "dpkg -i failed"; }
@@ -115,10 +145,10 @@ run_checks() {
 	dpkg-query -W -f='${Conffiles}\n' "$pkg" | grep -q '^ /etc/pando/pando-helperd.conf ' ||
 		fail "config not registered as conffile"
 
-	local path want got
-	while read -r want path; do
+	local path mode owner got
+	while read -r mode owner path; do
 		got=$(stat -c '%a %U:%G' "$path" 2>/dev/null) || fail "$path not installed"
-		[ "$got" = "$want" ] || fail "$path is $got, want $want"
+		[ "$got" = "$mode $owner" ] || fail "$path is $got, want $mode $owner"
 	done <<LIST
 755 root:root /usr/bin/pando-helper
 755 root:root /usr/sbin/pando-helperd
@@ -163,19 +193,23 @@ LIST
 		{ cat "$tmp/status.out" "$tmp/daemon-packaged.log" >&2; fail "status request from $test_user"; }
 	stop_daemon || { cat "$tmp/daemon-packaged.log" >&2; fail "daemon did not stop cleanly on SIGTERM"; }
 
-	# One launch: the packaged config runs node, which this machine need not
-	# have, so the core role runs a shell script here instead.
+	# One launch per role. The packaged config runs node, which this machine
+	# need not have, so here the roles run shell scripts: core sees the project
+	# read-only, workspace writes to it and its file lands owned by the caller
+	# (idmapped mount).
 	cat >"$tmp/launch.conf" <<CONF
 socket_path: "$tmp/helper.sock"
 core {
   user: "pando-core"
   argv: "/bin/sh"
   argv: "-c"
-  argv: "cd '{project_root}' && id -un && cat marker && echo from-role > written-by-role"
+  argv: "cd '{project_root}' && id -un && cat marker && if echo x > core-file 2>/dev/null; then echo core-wrote; else echo read-only; fi"
 }
 workspace {
   user: "pando-workspace"
-  argv: "/bin/true"
+  argv: "/bin/sh"
+  argv: "-c"
+  argv: "cd '{project_root}' && id -un && echo from-role > written-by-role && echo wrote"
 }
 cgroups {
   parent: "pandotest-pkg"
@@ -184,19 +218,11 @@ cgroups {
 CONF
 	chmod 0644 "$tmp/launch.conf"
 	start_daemon "$tmp/launch.conf" "$tmp/daemon-launch.log" || fail "installed daemon with launch config"
-	local rc=0
-	as_test_user /usr/bin/pando-helper security launch --role core --project-root "$project" --stdio \
-		--socket "$tmp/helper.sock" </dev/null >"$tmp/launch.out" 2>"$tmp/launch.err" || rc=$?
-	if [ "$rc" != 0 ] || [ "$(cat "$tmp/launch.out")" != "$(printf 'pando-core\nmarker-from-caller')" ]; then
-		echo "launch exit $rc; stdout:" >&2
-		cat "$tmp/launch.out" >&2
-		echo "stderr:" >&2
-		cat "$tmp/launch.err" "$tmp/daemon-launch.log" >&2
-		fail "confined launch for $test_user"
-	fi
-	# Written by pando-core inside, owned by the caller on disk (idmapped mount).
+	launch core "$project" "$(printf 'pando-core\nmarker-from-caller\nread-only')"
+	launch workspace "$project" "$(printf 'pando-workspace\nwrote')"
 	[ "$(stat -c %U "$project/written-by-role" 2>/dev/null)" = "$test_user" ] ||
-		fail "file written by the role is not owned by $test_user"
+		fail "file written by the workspace role is not owned by $test_user"
+	[ ! -e "$project/core-file" ] || fail "the core role could write to the project"
 	stop_daemon || { cat "$tmp/daemon-launch.log" >&2; fail "daemon did not stop cleanly"; }
 
 	# --- Purge: every file of the package is gone, the users stay.
