@@ -1,0 +1,90 @@
+#include "proto/request_validation.h"
+
+#include <gtest/gtest.h>
+
+#include "proto/framing.h"
+
+namespace pando::wire {
+namespace {
+
+namespace v1 = pando::helper::v1;
+
+v1::ErrorCode path_code(const std::string& path) { return check_project_root_string(path).code; }
+
+std::variant<ValidRequest, RequestError> validate(const std::string& payload) {
+  return validate_launch_request(
+      std::span(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()));
+}
+
+v1::ErrorCode code_of(const std::variant<ValidRequest, RequestError>& result) {
+  if (const auto* error = std::get_if<RequestError>(&result)) return error->code;
+  return v1::ERROR_UNSPECIFIED;
+}
+
+std::string request(v1::Role role, const std::string& root) {
+  v1::LaunchRequest r;
+  r.set_role(role);
+  r.set_project_root(root);
+  return r.SerializeAsString();
+}
+
+TEST(ProjectRootString, AcceptsAbsoluteNormalizedPaths) {
+  EXPECT_EQ(path_code("/home/alice/project"), v1::ERROR_UNSPECIFIED);
+  EXPECT_EQ(path_code("/a"), v1::ERROR_UNSPECIFIED);
+  EXPECT_EQ(path_code("/srv/with space/..dots../.hidden"), v1::ERROR_UNSPECIFIED);
+}
+
+TEST(ProjectRootString, RejectsEachMalformedShapeWithItsCode) {
+  EXPECT_EQ(path_code(""), v1::ERROR_PATH_EMPTY);
+  EXPECT_EQ(path_code("home/alice"), v1::ERROR_PATH_NOT_ABSOLUTE);
+  EXPECT_EQ(path_code("./x"), v1::ERROR_PATH_NOT_ABSOLUTE);
+  EXPECT_EQ(path_code("/home/alice/"), v1::ERROR_PATH_NOT_NORMALIZED);
+  EXPECT_EQ(path_code("/home//alice"), v1::ERROR_PATH_NOT_NORMALIZED);
+  EXPECT_EQ(path_code("/home/./alice"), v1::ERROR_PATH_NOT_NORMALIZED);
+  EXPECT_EQ(path_code("/home/../etc"), v1::ERROR_PATH_NOT_NORMALIZED);
+  EXPECT_EQ(path_code("/home/alice/.."), v1::ERROR_PATH_NOT_NORMALIZED);
+  EXPECT_EQ(path_code("/home/alice/."), v1::ERROR_PATH_NOT_NORMALIZED);
+  EXPECT_EQ(path_code("//"), v1::ERROR_PATH_NOT_NORMALIZED);
+  EXPECT_EQ(path_code(std::string("/home/a\0b", 9)), v1::ERROR_PATH_HAS_NUL);
+  EXPECT_EQ(path_code("/" + std::string(kMaxPathBytes, 'a')), v1::ERROR_PATH_TOO_LONG);
+  EXPECT_EQ(path_code("/" + std::string(kMaxPathBytes - 1, 'a')), v1::ERROR_UNSPECIFIED);
+}
+
+TEST(LaunchRequest, ValidRequestIsReturned) {
+  const auto result = validate(request(v1::ROLE_CORE, "/srv/p"));
+  ASSERT_TRUE(std::holds_alternative<ValidRequest>(result));
+  EXPECT_EQ(std::get<ValidRequest>(result).role, v1::ROLE_CORE);
+  EXPECT_EQ(std::get<ValidRequest>(result).project_root, "/srv/p");
+}
+
+TEST(LaunchRequest, UnknownFieldsAreRejected) {
+  std::string payload = request(v1::ROLE_WORKSPACE, "/srv/p");
+  payload += std::string("\x1a\x02-x", 4);  // field 3, length-delimited
+  EXPECT_EQ(code_of(validate(payload)), v1::ERROR_UNKNOWN_FIELDS);
+  std::string varint = request(v1::ROLE_WORKSPACE, "/srv/p") + std::string("\x78\x01", 2);  // field 15
+  EXPECT_EQ(code_of(validate(varint)), v1::ERROR_UNKNOWN_FIELDS);
+}
+
+TEST(LaunchRequest, RoleMustBeCoreOrWorkspace) {
+  EXPECT_EQ(code_of(validate(request(v1::ROLE_UNSPECIFIED, "/srv/p"))), v1::ERROR_UNKNOWN_ROLE);
+  EXPECT_EQ(code_of(validate(request(static_cast<v1::Role>(3), "/srv/p"))), v1::ERROR_UNKNOWN_ROLE);
+  EXPECT_EQ(code_of(validate(request(static_cast<v1::Role>(-1), "/srv/p"))), v1::ERROR_UNKNOWN_ROLE);
+}
+
+TEST(LaunchRequest, GarbageAndInvalidUtf8AreMalformed) {
+  EXPECT_EQ(code_of(validate("\xff\xff\xff")), v1::ERROR_MALFORMED_REQUEST);
+  EXPECT_EQ(code_of(validate(std::string("\x08\x02\x12\x03/\xc3\x28", 7))),
+            v1::ERROR_MALFORMED_REQUEST);
+}
+
+TEST(LaunchRequest, PathErrorsComeThrough) {
+  EXPECT_EQ(code_of(validate(request(v1::ROLE_CORE, "rel"))), v1::ERROR_PATH_NOT_ABSOLUTE);
+  EXPECT_EQ(code_of(validate(request(v1::ROLE_CORE, ""))), v1::ERROR_PATH_EMPTY);
+}
+
+TEST(LaunchRequest, OverCapPayloadIsTooLarge) {
+  EXPECT_EQ(code_of(validate(std::string(kMaxControlPayload + 1, 'x'))), v1::ERROR_FRAME_TOO_LARGE);
+}
+
+}  // namespace
+}  // namespace pando::wire
