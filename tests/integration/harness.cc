@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -577,6 +578,36 @@ std::map<std::string, std::string> parse_probe_lines(const std::string& text) {
     out[line.substr(0, space)] = line.substr(line.find_first_not_of(" \t", space));
   }
   return out;
+}
+
+std::string cgroup_parent_name() { return "pandotest-i" + std::to_string(getpid()); }
+
+std::vector<std::string> session_cgroup_dirs() {
+  std::set<std::string> dirs;
+  std::vector<std::string> parents = {"/sys/fs/cgroup/" + cgroup_parent_name()};
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/sys/fs/cgroup", ec)) {
+    parents.push_back(entry.path().string() + "/" + cgroup_parent_name());
+  }
+  for (const auto& parent : parents) {
+    std::error_code list_ec;
+    for (const auto& entry : fs::directory_iterator(parent, list_ec)) {
+      if (!entry.path().filename().string().starts_with("session-")) continue;
+      std::error_code canonical_ec;
+      // cpu and cpuacct are often one hierarchy reached through two symlinked names.
+      const fs::path real = fs::canonical(entry.path(), canonical_ec);
+      dirs.insert(canonical_ec ? entry.path().string() : real.string());
+    }
+  }
+  return {dirs.begin(), dirs.end()};
+}
+
+uint64_t rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("VmRSS:")) return std::stoull(line.substr(6));
+  }
+  return 0;
 }
 
 }  // namespace pando::itest

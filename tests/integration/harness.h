@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -182,5 +183,16 @@ std::vector<std::string> host_mounts();
 
 // Parses `<key> <value>` lines into a map.
 std::map<std::string, std::string> parse_probe_lines(const std::string& text);
+
+// "pandotest-i<pid of this test process>": the cgroup parent of every Daemon started here, so a
+// second Daemon in the same test finds the first one's sessions.
+std::string cgroup_parent_name();
+
+// Session cgroup directories (<hierarchy>/<cgroup_parent_name()>/session-*) in every mounted
+// hierarchy (v1: memory, pids, cpu, ...; v2: the unified one), each listed once.
+std::vector<std::string> session_cgroup_dirs();
+
+// VmRSS of a process in KiB, from /proc/<pid>/status; 0 when unreadable.
+uint64_t rss_kib(pid_t pid);
 
 }  // namespace pando::itest
