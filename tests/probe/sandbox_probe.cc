@@ -9,22 +9,33 @@
 //   fds               "<fd> <target>" for every open fd
 //   env               the environment, one variable per line
 //   setuid-exec PATH [ARGS...]   execs PATH (e.g. a setuid binary)
+//   connect-tcp PORT             connects to 127.0.0.1:PORT
+//   connect-unix PATH            connects to the Unix stream socket at PATH
+//   connect-abstract NAME        connects to the abstract Unix stream socket NAME
+//   interfaces                   "<name> up|down" for every network interface
 //
 // denied-syscalls passes arguments the kernel itself rejects (EINVAL, EFAULT, EBADF...), so
 // without the filter nothing happens to the host even when run as root, and a test can tell
 // the filter's EPERM from the kernel's own answer wherever no capability check comes first.
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -232,6 +243,68 @@ int setuid_exec(char** argv) {
   return 1;
 }
 
+int connect_to(const char* check, int domain, const sockaddr* addr, socklen_t length) {
+  const int fd = socket(domain, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    report(check, -1, errno);
+    return 1;
+  }
+  errno = 0;
+  const int ret = connect(fd, addr, length);
+  report(check, ret, errno);
+  close(fd);
+  return 0;
+}
+
+int connect_tcp(const char* port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return connect_to("connect-tcp", AF_INET, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+}
+
+// `abstract`: the name goes after a leading NUL and the length counts no terminator.
+int connect_unix(const char* check, const std::string& name, bool abstract) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const size_t offset = abstract ? 1 : 0;
+  if (name.size() + offset >= sizeof(addr.sun_path)) {
+    report(check, -1, ENAMETOOLONG);
+    return 1;
+  }
+  std::memcpy(addr.sun_path + offset, name.data(), name.size());
+  const auto length =
+      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + offset + name.size() + !abstract);
+  return connect_to(check, AF_UNIX, reinterpret_cast<const sockaddr*>(&addr), length);
+}
+
+int interfaces() {
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    report("interfaces", -1, errno);
+    return 1;
+  }
+  struct if_nameindex* names = if_nameindex();
+  if (names == nullptr) {
+    report("interfaces", -1, errno);
+    close(fd);
+    return 1;
+  }
+  for (const struct if_nameindex* item = names; item->if_index != 0; ++item) {
+    ifreq request{};
+    std::strncpy(request.ifr_name, item->if_name, IFNAMSIZ - 1);
+    if (ioctl(fd, SIOCGIFFLAGS, &request) != 0) {
+      report(item->if_name, -1, errno);
+    } else {
+      std::printf("%s %s\n", item->if_name, (request.ifr_flags & IFF_UP) != 0 ? "up" : "down");
+    }
+  }
+  if_freenameindex(names);
+  close(fd);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -243,8 +316,16 @@ int main(int argc, char** argv) {
   if (command == "fds") return fds();
   if (command == "env") return env();
   if (command == "setuid-exec" && argc > 2) return setuid_exec(argv + 2);
+  if (command == "connect-tcp" && argc == 3) return connect_tcp(argv[2]);
+  if (command == "connect-unix" && argc == 3) return connect_unix("connect-unix", argv[2], false);
+  if (command == "connect-abstract" && argc == 3) {
+    return connect_unix("connect-abstract", argv[2], true);
+  }
+  if (command == "interfaces") return interfaces();
   std::fprintf(stderr,
-               "usage: %s denied-syscalls|int80|x32|status|fds|env|setuid-exec PATH [ARGS...]\n",
+               "usage: %s denied-syscalls|int80|x32|status|fds|env|interfaces|"
+               "setuid-exec PATH [ARGS...]|connect-tcp PORT|connect-unix PATH|"
+               "connect-abstract NAME\n",
                argv[0]);
   return 2;
 }

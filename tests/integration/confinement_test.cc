@@ -1,0 +1,741 @@
+// Issues 3 and 4: what a session can see and do, end to end through the real
+// daemon and client, as an unprivileged caller. Every check runs inside a
+// sandbox and prints one marker line; the tests compare those lines.
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "tests/integration/harness.h"
+
+namespace pando::itest {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// A shell function for one-line checks: "t NAME CMD..." prints "NAME yes" when
+// CMD succeeds and "NAME no" when it fails, with CMD's own output discarded.
+constexpr const char* kCheck =
+    "t() { n=$1; shift; if \"$@\" >/dev/null 2>&1; then echo \"$n yes\"; else echo \"$n no\"; fi; "
+    "}; ";
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::set<std::string> names_in(const std::string& dir) {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    names.insert(entry.path().filename().string());
+  }
+  return names;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct stat stat_of(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(lstat(path.c_str(), &st), 0) << path << ": " << std::strerror(errno);
+  return st;
+}
+
+// Pids of live processes whose parent is `parent`.
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "status");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("PPid:", 0) == 0 && std::stol(line.substr(5)) == parent) {
+        pids.push_back(static_cast<pid_t>(std::stol(name)));
+      }
+    }
+  }
+  return pids;
+}
+
+class ConfinementTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u) << "integration tests run as root";
+    start_daemon();
+  }
+  void start_daemon(DaemonOptions options = {}) {
+    daemon_.reset();
+    daemon_ = std::make_unique<Daemon>(options);
+    project_ = daemon_->dir().make_dir("proj", caller());
+  }
+  RunResult sh(const std::string& script, const std::string& role = "workspace",
+               RunOptions options = {}) {
+    options.stdin_data = script + "\n" + options.stdin_data;
+    return launch(*daemon_, caller(), role, project_, options);
+  }
+  RunResult sh_in(const std::string& project, const std::string& script,
+                  const std::string& role = "workspace") {
+    RunOptions options;
+    options.stdin_data = script + "\n";
+    return launch(*daemon_, caller(), role, project, options);
+  }
+  std::string probe() const { return daemon_->probe(); }
+
+  std::unique_ptr<Daemon> daemon_;
+  std::string project_;
+};
+
+// --- issue 3: what must stay out of reach ---------------------------------------
+
+TEST_F(ConfinementTest, HostFilesAndNeighboursAreOutOfReach) {
+  const std::string parent = daemon_->dir().path();
+  const std::string others = daemon_->dir().make_dir("others", other_user(), 0755);
+  daemon_->dir().write_file("others/their-notes.txt", "other-user-secret", other_user(), 0644);
+  daemon_->dir().write_file("neighbour-marker", "neighbour-secret", caller(), 0644);
+
+  for (const std::string role : {"workspace", "core"}) {
+    SCOPED_TRACE(role);
+    const RunResult r = sh(std::string(kCheck) +
+                           "t read-shadow cat /etc/shadow; "
+                           "t list-home ls /home; "
+                           "t list-root ls /root; "
+                           "t list-other ls " + others + "; "
+                           "t read-other cat " + others + "/their-notes.txt; "
+                           "t read-marker cat " + parent + "/neighbour-marker; "
+                           "t write-usr touch /usr/pandotest-" + role + "; "
+                           "t write-etc touch /etc/pandotest-" + role + "; "
+                           "t write-parent touch " + parent + "/pandotest-" + role + "; "
+                           "t list-daemon-run ls " + parent + "/run; "
+                           "echo \"parent $(ls -a " + parent + " | tr '\\n' ' ')\"; "
+                           "echo \"etc $(ls -a /etc | tr '\\n' ' ')\"",
+                           role);
+    ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+    EXPECT_EQ(r.err, "");
+    const auto lines = lines_of(r.out);
+    const std::vector<std::string> want_denied = {
+        "read-shadow no",    "list-home no", "list-root no", "list-other no",
+        "read-other no",     "read-marker no", "write-usr no", "write-etc no",
+        "write-parent no",   "list-daemon-run no"};
+    ASSERT_GE(lines.size(), want_denied.size() + 2) << r.out;
+    for (size_t i = 0; i < want_denied.size(); ++i) EXPECT_EQ(lines[i], want_denied[i]);
+    // The project's parent holds only what the view put there: the project and the bin dir.
+    EXPECT_EQ(lines[want_denied.size()], "parent . .. bin proj ") << r.out;
+    const std::string& etc = lines[want_denied.size() + 1];
+    for (const char* host_only : {" shadow ", " gshadow ", " sudoers ", " ssh "}) {
+      EXPECT_EQ(etc.find(host_only), std::string::npos) << etc;
+    }
+    EXPECT_EQ(r.out.find("secret"), std::string::npos) << r.out;
+    for (const std::string& path : {"/usr/pandotest-" + role, "/etc/pandotest-" + role,
+                                   parent + "/pandotest-" + role}) {
+      EXPECT_FALSE(fs::exists(path)) << path;
+    }
+  }
+}
+
+TEST_F(ConfinementTest, DotEnvFilesInTheProjectAreMasked) {
+  daemon_->dir().write_file("proj/.env", "API_KEY=dotenv-secret-1\n", caller(), 0600);
+  daemon_->dir().make_dir("proj/sub", caller());
+  daemon_->dir().write_file("proj/sub/.env.local", "API_KEY=dotenv-secret-2\n", caller(), 0600);
+  daemon_->dir().write_file("proj/visible.txt", "plain-content\n", caller(), 0644);
+  for (const std::string role : {"workspace", "core"}) {
+    SCOPED_TRACE(role);
+    const RunResult r = sh("cat .env sub/.env.local; cat visible.txt; echo done", role);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "plain-content\ndone\n");
+  }
+  EXPECT_EQ(read_file(project_ + "/.env"), "API_KEY=dotenv-secret-1\n");
+}
+
+TEST_F(ConfinementTest, HostListenersAndTheDaemonSocketAreUnreachable) {
+  UniqueFd tcp(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  sockaddr_in in_addr{};
+  in_addr.sin_family = AF_INET;
+  in_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(tcp.get(), reinterpret_cast<sockaddr*>(&in_addr), sizeof(in_addr)), 0);
+  ASSERT_EQ(listen(tcp.get(), 8), 0);
+  socklen_t in_length = sizeof(in_addr);
+  ASSERT_EQ(getsockname(tcp.get(), reinterpret_cast<sockaddr*>(&in_addr), &in_length), 0);
+  const std::string port = std::to_string(ntohs(in_addr.sin_port));
+
+  const std::string abstract_name = "pandotest-abstract-" + std::to_string(getpid());
+  UniqueFd unix_listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  sockaddr_un un_addr{};
+  un_addr.sun_family = AF_UNIX;
+  std::memcpy(un_addr.sun_path + 1, abstract_name.data(), abstract_name.size());
+  const auto un_length =
+      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + abstract_name.size());
+  ASSERT_EQ(bind(unix_listener.get(), reinterpret_cast<sockaddr*>(&un_addr), un_length), 0);
+  ASSERT_EQ(listen(unix_listener.get(), 8), 0);
+
+  // Control: the same probe on the host, as the caller, reaches all three.
+  const RunResult host = run_as(caller(), {"/bin/sh", "-c",
+                                           probe() + " connect-tcp " + port + "; " + probe() +
+                                               " connect-abstract " + abstract_name + "; " +
+                                               probe() + " connect-unix " +
+                                               daemon_->socket_path()});
+  ASSERT_EQ(host.out, "connect-tcp ok\nconnect-abstract ok\nconnect-unix ok\n") << host.err;
+  for (int fd : {tcp.get(), unix_listener.get()}) {
+    for (;;) {
+      const int accepted = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (accepted < 0) break;
+      close(accepted);
+    }
+  }
+
+  for (const std::string role : {"workspace", "core"}) {
+    SCOPED_TRACE(role);
+    const RunResult r = sh(probe() + " connect-tcp " + port + "; " + probe() +
+                               " connect-abstract " + abstract_name + "; " + probe() +
+                               " connect-unix " + daemon_->socket_path(),
+                           role);
+    ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+    // TCP: Landlock (ABI >= 4) denies every TCP connect with EACCES; without it
+    // the separate network namespace's own loopback refuses. The abstract
+    // socket namespace is per network namespace. The daemon's socket path does
+    // not exist in the view.
+    const auto lines = lines_of(r.out);
+    ASSERT_EQ(lines.size(), 3u) << r.out;
+    EXPECT_TRUE(lines[0] == "connect-tcp errno=EACCES" ||
+                lines[0] == "connect-tcp errno=ECONNREFUSED")
+        << lines[0];
+    EXPECT_EQ(lines[1], "connect-abstract errno=ECONNREFUSED");
+    EXPECT_EQ(lines[2], "connect-unix errno=ENOENT");
+    EXPECT_LT(accept4(tcp.get(), nullptr, nullptr, SOCK_CLOEXEC), 0) << "a connection arrived";
+    EXPECT_LT(accept4(unix_listener.get(), nullptr, nullptr, SOCK_CLOEXEC), 0)
+        << "a connection arrived";
+  }
+}
+
+TEST_F(ConfinementTest, OnlyTheSessionsProcessesAreVisible) {
+  // A long-running process of the same role user in another session.
+  RunningClient other(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
+                                 "--project-root", project_, "--stdio", "--socket",
+                                 daemon_->socket_path()});
+  ASSERT_TRUE(other.write_all("echo ready; exec sleep 1000\n"));
+  ASSERT_TRUE(other.read_until("ready", 30s));
+
+  for (const std::string role : {"workspace", "core"}) {
+    SCOPED_TRACE(role);
+    // After exec, the session holds init (1) and ls itself ($$).
+    const RunResult r = sh("echo self $$; exec ls /proc", role);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto lines = lines_of(r.out);
+    ASSERT_FALSE(lines.empty());
+    ASSERT_EQ(lines[0].rfind("self ", 0), 0u);
+    std::set<std::string> pids;
+    for (size_t i = 1; i < lines.size(); ++i) {
+      if (lines[i].find_first_not_of("0123456789") == std::string::npos) pids.insert(lines[i]);
+    }
+    // Init (1) is not dumpable, so hidepid=invisible may hide it from the role too.
+    const std::string self = lines[0].substr(5);
+    EXPECT_TRUE(pids == (std::set<std::string>{self}) ||
+                pids == (std::set<std::string>{"1", self}))
+        << r.out;
+    const RunResult ps = sh("exec ps -e -o pid=,comm=", role);
+    EXPECT_EQ(ps.exit_code, 0) << ps.err;
+    for (const std::string& line : lines_of(ps.out)) {
+      const std::string comm = line.substr(line.find_last_of(' ') + 1);
+      EXPECT_TRUE(comm == "ps" || comm == "pando-helper-sa") << ps.out;
+    }
+  }
+  other.close_stdin();
+  kill(other.pid(), SIGTERM);
+  other.wait(20s);
+}
+
+// --- issue 3: what must work ------------------------------------------------------
+
+TEST_F(ConfinementTest, WorkspaceReadsAndWritesTheProjectAsTheCaller) {
+  daemon_->dir().write_file("proj/private.txt", "caller-private\n", caller(), 0600);
+  const RunResult r = sh("cat private.txt && echo made-inside > created.txt && echo wrote");
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out, "caller-private\nwrote\n");
+  const struct stat st = stat_of(project_ + "/created.txt");
+  EXPECT_EQ(st.st_uid, caller().uid);
+  EXPECT_EQ(st.st_gid, caller().gid);
+  EXPECT_EQ(read_file(project_ + "/created.txt"), "made-inside\n");
+}
+
+TEST_F(ConfinementTest, CoreReadsButCannotWriteTheProject) {
+  daemon_->dir().write_file("proj/private.txt", "caller-private\n", caller(), 0600);
+  const RunResult r = sh(std::string(kCheck) +
+                             "cat private.txt; t write-new touch core-made.txt; "
+                             "t append sh -c 'echo more >> private.txt'; t mkdir mkdir core-dir; "
+                             "t remove rm -f private.txt",
+                         "core");
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out, "caller-private\nwrite-new no\nappend no\nmkdir no\nremove no\n");
+  EXPECT_FALSE(fs::exists(project_ + "/core-made.txt"));
+  EXPECT_FALSE(fs::exists(project_ + "/core-dir"));
+  EXPECT_EQ(read_file(project_ + "/private.txt"), "caller-private\n");
+}
+
+TEST_F(ConfinementTest, HomeAndTmpdirAreWritableInBothRoles) {
+  for (const std::string role : {"workspace", "core"}) {
+    SCOPED_TRACE(role);
+    const RunResult r = sh(std::string(kCheck) +
+                               "t home sh -c 'echo h > \"$HOME/h.txt\"'; "
+                               "t tmpdir sh -c 'echo t > \"$TMPDIR/t.txt\"'; "
+                               "t tmp sh -c 'echo t > /tmp/t.txt'",
+                           role);
+    ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+    EXPECT_EQ(r.out, "home yes\ntmpdir yes\ntmp yes\n");
+    const std::string sandbox = project_ + "/.pando-sandbox/" + role;
+    for (const std::string& path : {sandbox + "/home/h.txt", sandbox + "/tmp/t.txt"}) {
+      const struct stat st = stat_of(path);
+      EXPECT_EQ(st.st_uid, caller().uid) << path;
+      EXPECT_EQ(st.st_gid, caller().gid) << path;
+    }
+  }
+}
+
+TEST_F(ConfinementTest, NetworkHasOnlyLoopbackAndItIsUp) {
+  for (const std::string role : {"workspace", "core"}) {
+    SCOPED_TRACE(role);
+    const RunResult r = sh("exec " + probe() + " interfaces", role);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "lo up\n");
+  }
+}
+
+TEST_F(ConfinementTest, SessionsLeaveNothingOnTheHost) {
+  // Orphans of the daemon (a launcher or role process that outlived it) are
+  // reparented to this process instead of init, where they can be counted.
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+  const auto mounts_before = host_mounts();
+  for (const std::string role : {"workspace", "core"}) {
+    const RunResult r = sh("echo x > $TMPDIR/x; sleep 1000 & (sleep 1000 &); echo started", role);
+    EXPECT_EQ(r.out, "started\n") << r.err;
+  }
+  {
+    RunningClient killed(caller(), {daemon_->client(), "security", "launch", "--role",
+                                    "workspace", "--project-root", project_, "--stdio",
+                                    "--socket", daemon_->socket_path()});
+    ASSERT_TRUE(killed.write_all("sleep 1000 & echo ready; exec sleep 1000\n"));
+    ASSERT_TRUE(killed.read_until("ready", 30s));
+    kill(killed.pid(), SIGKILL);
+    killed.wait(10s);
+  }
+  EXPECT_TRUE(eventually(
+      [] {
+        return processes_of(workspace_user().uid).empty() && processes_of(core_user().uid).empty();
+      },
+      10s))
+      << processes_of(workspace_user().uid).size() << " workspace and "
+      << processes_of(core_user().uid).size() << " core processes left";
+  EXPECT_TRUE(eventually([&] { return children_of(daemon_->pid()).empty(); }, 10s))
+      << children_of(daemon_->pid()).size() << " launchers still children of the daemon";
+  EXPECT_EQ(host_mounts(), mounts_before);
+  const pid_t daemon_pid = daemon_->pid();
+  const int status = daemon_->stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  std::vector<pid_t> orphans = children_of(getpid());
+  for (pid_t pid : orphans) {
+    ADD_FAILURE() << "process " << pid << " outlived daemon " << daemon_pid;
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  EXPECT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0), 0);
+}
+
+// --- issue 3: caller-controlled paths -------------------------------------------
+
+class HostTreeWatch {
+ public:
+  explicit HostTreeWatch(std::string dir) : dir_(std::move(dir)), before_(names_in(dir_)) {}
+  // Names the launch would create if it followed a planted symlink.
+  void expect_unchanged() const {
+    const auto after = names_in(dir_);
+    for (const char* name : {".pando-sandbox", "workspace", "core", "home", "tmp", "cache",
+                             "config", "data", "pando-auth"}) {
+      EXPECT_EQ(after.count(name), before_.count(name)) << dir_ << "/" << name << " appeared";
+    }
+  }
+
+ private:
+  std::string dir_;
+  std::set<std::string> before_;
+};
+
+TEST_F(ConfinementTest, PlantedSymlinksAreNeverFollowed) {
+  const HostTreeWatch etc("/etc"), root("/root");
+  auto expect_rejected = [&](const std::string& project, const std::string& code) {
+    const RunResult r = sh_in(project, "echo launched");
+    EXPECT_EQ(r.exit_code, 77) << r.out << r.err;
+    EXPECT_NE(r.err.find(code), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  };
+  {  // the project root itself
+    const std::string link = daemon_->dir().path() + "/root-link";
+    ASSERT_EQ(symlink("/etc", link.c_str()), 0);
+    expect_rejected(link, "ERROR_PATH_SYMLINK");
+  }
+  for (const char* target : {"/root", "/etc"}) {  // .pando-sandbox
+    SCOPED_TRACE(target);
+    const std::string project = daemon_->dir().make_dir(
+        std::string("top-link") + (target[1] == 'r' ? "-root" : "-etc"), caller());
+    ASSERT_EQ(symlink(target, (project + "/.pando-sandbox").c_str()), 0);
+    expect_rejected(project, "ERROR_PATH_SYMLINK");
+  }
+  {  // .pando-sandbox/<role>
+    const std::string project = daemon_->dir().make_dir("role-link", caller());
+    daemon_->dir().make_dir("role-link/.pando-sandbox", caller(), 0700);
+    ASSERT_EQ(symlink("/etc", (project + "/.pando-sandbox/workspace").c_str()), 0);
+    expect_rejected(project, "ERROR_PATH_SYMLINK");
+  }
+  {  // .pando-sandbox/<role>/home
+    const std::string project = daemon_->dir().make_dir("home-link", caller());
+    daemon_->dir().make_dir("home-link/.pando-sandbox/workspace", caller(), 0700);
+    chown((project + "/.pando-sandbox").c_str(), caller().uid, caller().gid);
+    ASSERT_EQ(symlink("/root", (project + "/.pando-sandbox/workspace/home").c_str()), 0);
+    expect_rejected(project, "ERROR_PATH_SYMLINK");
+  }
+  {  // .env pointing at a host secret: launched, but the target is not in the view
+    daemon_->dir().make_dir("proj/deep", caller());
+    ASSERT_EQ(symlink("/etc/shadow", (project_ + "/.env").c_str()), 0);
+    ASSERT_EQ(symlink("/etc/shadow", (project_ + "/deep/.env").c_str()), 0);
+    const std::string shadow = read_file("/etc/shadow");
+    ASSERT_FALSE(shadow.empty());
+    const RunResult r = sh(std::string(kCheck) + "t dotenv cat .env; t deep cat deep/.env");
+    ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+    EXPECT_EQ(r.out, "dotenv no\ndeep no\n");
+    EXPECT_EQ(r.out.find(shadow.substr(0, shadow.find(':'))), std::string::npos);
+  }
+  etc.expect_unchanged();
+  root.expect_unchanged();
+}
+
+// The caller's home is /nonexistent for the test users; this gives it a real one.
+class CallerHome {
+ public:
+  explicit CallerHome(const TempDir& dir) {
+    path_ = dir.make_dir("callerhome", caller(), 0755);
+    set(path_);
+  }
+  ~CallerHome() { set("/nonexistent"); }
+  CallerHome(const CallerHome&) = delete;
+  CallerHome& operator=(const CallerHome&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  static void set(const std::string& home) {
+    const std::string command = "/usr/sbin/usermod -d '" + home + "' " + caller().name;
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  }
+  std::string path_;
+};
+
+TEST_F(ConfinementTest, AuthHomeIsMountedReadOnlyButNeverThroughASymlink) {
+  const CallerHome home(daemon_->dir());
+  const std::string auth = home.path() + "/.pando-ai";
+  // Positive control: a real directory owned by the caller appears read-only at /pando-auth.
+  daemon_->dir().make_dir("callerhome/.pando-ai", caller(), 0700);
+  daemon_->dir().write_file("callerhome/.pando-ai/token", "auth-token\n", caller(), 0600);
+  {
+    const RunResult r = sh(std::string(kCheck) +
+                           "echo \"override=$PANDO_AUTH_HOME_OVERRIDE\"; cat /pando-auth/token; "
+                           "t write touch /pando-auth/new");
+    ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+    EXPECT_EQ(r.out, "override=/pando-auth\nauth-token\nwrite no\n");
+    EXPECT_FALSE(fs::exists(auth + "/new"));
+  }
+  const HostTreeWatch root("/root");
+  for (const char* target : {"/root", "/etc"}) {
+    SCOPED_TRACE(target);
+    fs::remove_all(auth);
+    ASSERT_EQ(symlink(target, auth.c_str()), 0);
+    const RunResult r = sh(std::string(kCheck) +
+                           "echo \"override=$PANDO_AUTH_HOME_OVERRIDE\"; t list ls /pando-auth; "
+                           "t passwd-visible grep -q '^root:' /pando-auth/passwd");
+    ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+    EXPECT_EQ(r.out, "override=\nlist no\npasswd-visible no\n");
+  }
+  EXPECT_NE(daemon_->log().find("auth_home_skipped"), std::string::npos);
+  root.expect_unchanged();
+}
+
+// --- issue 3: filesystems without idmap support -------------------------------------
+
+class RamfsMount {
+ public:
+  explicit RamfsMount(std::string path) : path_(std::move(path)) {
+    fs::create_directories(path_);
+    mounted_ = mount("ramfs", path_.c_str(), "ramfs", 0, "mode=0755") == 0;
+  }
+  ~RamfsMount() {
+    if (mounted_) {
+      EXPECT_EQ(umount2(path_.c_str(), MNT_DETACH), 0) << std::strerror(errno);
+    }
+  }
+  RamfsMount(const RamfsMount&) = delete;
+  RamfsMount& operator=(const RamfsMount&) = delete;
+  bool mounted() const { return mounted_; }
+
+ private:
+  std::string path_;
+  bool mounted_ = false;
+};
+
+TEST_F(ConfinementTest, ProjectOnRamfsIsRefusedAndStatusSaysWhy) {
+  const std::string ram = daemon_->dir().path() + "/ramproj";
+  const auto mounts_before = host_mounts();
+  {
+    const RamfsMount mount(ram);
+    ASSERT_TRUE(mount.mounted()) << std::strerror(errno);
+    ASSERT_EQ(chown(ram.c_str(), caller().uid, caller().gid), 0);
+
+    const RunResult r = sh_in(ram, "echo launched");
+    EXPECT_EQ(r.exit_code, 77) << r.out << r.err;
+    EXPECT_NE(r.err.find("ERROR_IDMAP_UNSUPPORTED"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("ramfs"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+
+    auto status = [&](const std::string& root) {
+      return run_as(caller(), {daemon_->client(), "security", "status", "--socket",
+                               daemon_->socket_path(), "--project-root", root});
+    };
+    const RunResult ram_status = status(ram);
+    EXPECT_EQ(ram_status.exit_code, 0) << ram_status.err;
+    EXPECT_NE(ram_status.out.find("layer idmapped_mounts: unavailable (" + ram +
+                                  ": filesystem ramfs does not support idmapped mounts)"),
+              std::string::npos)
+        << ram_status.out;
+    const RunResult ext4_status = status(project_);
+    EXPECT_EQ(ext4_status.exit_code, 0) << ext4_status.err;
+    EXPECT_NE(ext4_status.out.find("layer idmapped_mounts: available (" + project_ +
+                                   ": ext2/ext3/ext4)"),
+              std::string::npos)
+        << ext4_status.out;
+  }
+  EXPECT_EQ(host_mounts(), mounts_before);
+  EXPECT_EQ(sh("echo alive").out, "alive\n");
+}
+
+// --- issue 4: identity, capabilities, seccomp ------------------------------------
+
+TEST_F(ConfinementTest, RunsWithTheRolesIdsAndNoCapabilities) {
+  for (const std::string role : {"workspace", "core"}) {
+    SCOPED_TRACE(role);
+    const TestUser& user = role == "workspace" ? workspace_user() : core_user();
+    const RunResult r = sh("id -u; id -g; id -G; exec " + probe() + " status", role);
+    ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+    const std::string uid = std::to_string(user.uid);
+    const std::string gid = std::to_string(user.gid);
+    const auto lines = lines_of(r.out);
+    ASSERT_GE(lines.size(), 3u) << r.out;
+    EXPECT_EQ(lines[0], uid);
+    EXPECT_EQ(lines[1], gid);
+    EXPECT_EQ(lines[2], gid);
+    // "<key>:\t<value>", where the value may be empty (Groups: with no supplementary group).
+    std::map<std::string, std::string> status;
+    for (size_t i = 3; i < lines.size(); ++i) {
+      const auto tab = lines[i].find('\t');
+      ASSERT_NE(tab, std::string::npos) << lines[i];
+      status[lines[i].substr(0, tab)] = lines[i].substr(tab + 1);
+    }
+    EXPECT_EQ(status.at("Uid:"), uid + "\t" + uid + "\t" + uid + "\t" + uid);
+    EXPECT_EQ(status.at("Gid:"), gid + "\t" + gid + "\t" + gid + "\t" + gid);
+    // The kernel ends every group with a space; no supplementary group at all
+    // (setgroups(0)) or only the role's own group are both fine.
+    std::istringstream group_list(status.at("Groups:"));
+    std::set<std::string> groups;
+    for (std::string group; group_list >> group;) groups.insert(group);
+    EXPECT_TRUE(groups.empty() || groups == std::set<std::string>{gid}) << status.at("Groups:");
+    for (const char* cap : {"CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"}) {
+      EXPECT_EQ(status.at(cap), "0000000000000000") << cap;
+    }
+    EXPECT_EQ(status.at("NoNewPrivs:"), "1");
+    EXPECT_EQ(status.at("Seccomp:"), "2");
+  }
+}
+
+TEST_F(ConfinementTest, DeniedSyscallsFailWithTheDocumentedErrno) {
+  for (const std::string role : {"workspace", "core"}) {
+    SCOPED_TRACE(role);
+    const RunResult r = sh("exec " + probe() + " denied-syscalls", role);
+    ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+    std::map<std::string, std::string> results;
+    for (const std::string& line : lines_of(r.out)) {
+      const auto space = line.find(' ');
+      ASSERT_NE(space, std::string::npos) << line;
+      results[line.substr(0, space)] = line.substr(space + 1);
+    }
+    // seccomp.cc: every table row fails with EPERM, clone3 with ENOSYS; allow-* must work.
+    for (const auto& [check, result] : results) {
+      const std::string want = check.rfind("allow-", 0) == 0 ? "ok"
+                               : check == "clone3"           ? "errno=ENOSYS"
+                                                             : "errno=EPERM";
+      EXPECT_EQ(result, want) << check;
+    }
+    for (const char* check :
+         {"ptrace", "mount", "umount2", "pivot_root", "open_tree", "move_mount", "fsopen",
+          "mount_setattr", "clone3", "unshare", "setns", "bpf", "io_uring_setup", "keyctl",
+          "userfaultfd", "open_by_handle_at", "vhangup", "clone-newuser", "clone-newns",
+          "unshare-newuser", "ioctl-tiocsti", "ioctl-tiocsti-high", "ioctl-tioclinux-high",
+          "personality-linux32", "allow-fork", "allow-thread"}) {
+      EXPECT_EQ(results.count(check), 1u) << "no probe line for " << check;
+    }
+  }
+}
+
+TEST_F(ConfinementTest, ForeignAbisKillTheProcess) {
+  // Without a filter, int 0x80 survives when the kernel has the i386 ABI and
+  // dies by SIGSEGV when it was built or booted without it.
+  const RunResult host = run_as(caller(), {probe(), "int80"});
+  const bool i386_abi = host.exit_code == 0;
+  ASSERT_TRUE(i386_abi || host.signal == SIGSEGV) << host.out << host.signal;
+  for (const std::string role : {"workspace", "core"}) {
+    SCOPED_TRACE(role);
+    const RunResult int80 = sh("exec " + probe() + " int80", role);
+    EXPECT_EQ(int80.exit_code, 128 + (i386_abi ? SIGSYS : SIGSEGV)) << int80.out << int80.err;
+    EXPECT_EQ(int80.out, "");
+    const RunResult x32 = sh("exec " + probe() + " x32", role);
+    EXPECT_EQ(x32.exit_code, 128 + SIGSYS) << x32.out << x32.err;
+    EXPECT_EQ(x32.out, "");
+  }
+}
+
+TEST_F(ConfinementTest, SetuidBinaryGivesNoPrivilege) {
+  const std::string setuid_id = daemon_->bin_dir() + "/id-setuid";
+  fs::copy_file("/usr/bin/id", setuid_id, fs::copy_options::overwrite_existing);
+  ASSERT_EQ(chown(setuid_id.c_str(), 0, 0), 0);
+  ASSERT_EQ(chmod(setuid_id.c_str(), 04755), 0);
+  // Control: on the host it really raises the caller to euid 0.
+  const RunResult host = run_as(caller(), {setuid_id, "-u"});
+  ASSERT_EQ(host.out, "0\n") << host.err;
+
+  const RunResult r = sh(setuid_id + " -u; grep -c ' " + daemon_->bin_dir() +
+                         " .*nosuid' /proc/self/mountinfo; exec " + probe() + " setuid-exec " +
+                         setuid_id + " -u");
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  const std::string uid = std::to_string(workspace_user().uid);
+  // Two layers stop it: the runtime path is mounted nosuid (the 1 below), and
+  // no_new_privs (RunsWithTheRolesIdsAndNoCapabilities) would stop it on any mount.
+  EXPECT_EQ(r.out, uid + "\n1\n" + uid + "\n");
+}
+
+TEST_F(ConfinementTest, OnlyStdioFdsAreOpen) {
+  for (const std::string role : {"workspace", "core"}) {
+    SCOPED_TRACE(role);
+    const RunResult r = sh("exec " + probe() + " fds", role);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::vector<std::string> fds;
+    for (const std::string& line : lines_of(r.out)) fds.push_back(line.substr(0, line.find(' ')));
+    EXPECT_EQ(fds, (std::vector<std::string>{"0", "1", "2"})) << r.out;
+  }
+}
+
+const std::map<std::string, std::string> kHostileClientEnv = {
+    {"LD_PRELOAD", "/nonexistent.so"},   {"NODE_OPTIONS", "--require=/x"},
+    {"PYTHONPATH", "/x"},                {"https_proxy", "http://proxy.invalid:3128"},
+    {"GITHUB_TOKEN", "ghp_fake"},        {"PATH", "/evil/bin"},
+    {"HOME", "/evil/home"},              {"PANDO_PROCESS_ROLE", "evil"}};
+
+std::set<std::string> variable_names(const std::string& out) {
+  std::set<std::string> names;
+  for (const std::string& line : lines_of(out)) names.insert(line.substr(0, line.find('=')));
+  return names;
+}
+
+const std::set<std::string> kDocumentedEnv = {
+    "PATH",           "HOME", "TMPDIR", "XDG_CACHE_HOME",     "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",  "USER", "LOGNAME", "LANG",              "PANDO_PROCESS_ROLE",
+    "PANDO_PROJECT_ROOT"};
+
+TEST_F(ConfinementTest, EnvironmentIsOnlyTheDocumentedVariables) {
+  RunOptions options;
+  options.env = kHostileClientEnv;
+  {  // through sh, which adds PWD
+    options.stdin_data = "exec " + probe() + " env\n";
+    const RunResult r = launch(*daemon_, caller(), "core", project_, options);
+    ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+    auto want = kDocumentedEnv;
+    want.insert("PWD");
+    EXPECT_EQ(variable_names(r.out), want) << r.out;
+    for (const char* leaked : {"evil", "ghp_fake", "proxy.invalid", "nonexistent.so", "require"}) {
+      EXPECT_EQ(r.out.find(leaked), std::string::npos) << leaked << " in " << r.out;
+    }
+  }
+  // The role's argv is env itself: exactly what execve received.
+  DaemonOptions daemon_options;
+  daemon_options.workspace_argv_text = "  argv: \"/usr/bin/env\"";
+  start_daemon(daemon_options);
+  options.stdin_data.clear();
+  const RunResult r = launch(*daemon_, caller(), "workspace", project_, options);
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(variable_names(r.out), kDocumentedEnv) << r.out;
+  const std::string sandbox = project_ + "/.pando-sandbox/workspace";
+  const auto values = [&] {
+    std::map<std::string, std::string> map;
+    for (const std::string& line : lines_of(r.out)) {
+      map[line.substr(0, line.find('='))] = line.substr(line.find('=') + 1);
+    }
+    return map;
+  }();
+  EXPECT_EQ(values.at("HOME"), sandbox + "/home");
+  EXPECT_EQ(values.at("TMPDIR"), sandbox + "/tmp");
+  EXPECT_EQ(values.at("XDG_CACHE_HOME"), sandbox + "/cache");
+  EXPECT_EQ(values.at("XDG_CONFIG_HOME"), sandbox + "/config");
+  EXPECT_EQ(values.at("XDG_DATA_HOME"), sandbox + "/data");
+  EXPECT_EQ(values.at("USER"), workspace_user().name);
+  EXPECT_EQ(values.at("LOGNAME"), workspace_user().name);
+  EXPECT_EQ(values.at("PANDO_PROCESS_ROLE"), "workspace");
+  EXPECT_EQ(values.at("PANDO_PROJECT_ROOT"), project_);
+  EXPECT_EQ(values.at("PATH").find("evil"), std::string::npos);
+  for (const char* leaked : {"evil", "ghp_fake", "proxy.invalid", "nonexistent.so", "require"}) {
+    EXPECT_EQ(r.out.find(leaked), std::string::npos) << leaked << " in " << r.out;
+  }
+}
+
+// --- issue 4: ordinary tools still work ------------------------------------------------
+
+TEST_F(ConfinementTest, ShellGitAndCompilerWorkInTheWorkspace) {
+  const RunResult r = sh(
+      "git init -q . && echo git-init-ok; echo hi > tracked.txt; git add tracked.txt && "
+      "git -c user.name=t -c user.email=t@t commit -q -m first && echo git-commit-ok; "
+      "git status --porcelain -- tracked.txt && echo git-status-ok; "
+      "printf '#include <stdio.h>\\nint main(void) { puts(\"hello-from-cc\"); return 0; }\\n' "
+      "> \"$TMPDIR/h.c\" && cc -o \"$TMPDIR/h\" \"$TMPDIR/h.c\" && \"$TMPDIR/h\"");
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out, "git-init-ok\ngit-commit-ok\ngit-status-ok\nhello-from-cc\n") << r.err;
+  EXPECT_EQ(stat_of(project_ + "/.git/HEAD").st_uid, caller().uid);
+
+  if (!fs::exists("/usr/bin/node")) {
+    std::cout << "[ NOTE     ] /usr/bin/node is not installed: node check not run\n";
+    return;
+  }
+  const RunResult node = sh("node --version");
+  EXPECT_EQ(node.exit_code, 0) << node.err;
+  EXPECT_EQ(node.out.rfind("v", 0), 0u) << node.out;
+}
+
+}  // namespace
+}  // namespace pando::itest
