@@ -1,0 +1,171 @@
+#!/bin/bash
+# Benchmark: direct execution vs. execution through pando-helperd (and bwrap).
+# Usage (as root): bench/run.sh [--quick]
+# See bench/README.md for what each number means. Exits non-zero only when
+# something did not work (build, daemon start, a session failed, wrong byte
+# count); slow numbers never fail it.
+set -euo pipefail
+
+quick=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    *) echo "bench: unknown argument $arg" >&2; exit 64 ;;
+  esac
+done
+if [[ $(id -u) -ne 0 ]]; then
+  echo "bench: must run as root (it creates users and starts the daemon)" >&2
+  exit 77
+fi
+
+bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+src_dir=$(dirname "$bench_dir")
+build_dir=${PANDO_BENCH_BUILD_DIR:-$src_dir/build-bench}
+prefix=pandobench
+core_user=$prefix-core
+ws_user=$prefix-ws
+caller=$prefix-caller
+cgroup_parent=$prefix
+
+if [[ $quick -eq 1 ]]; then
+  counts=(--launches 20 --mib 128 --throughput-runs 3 --pings 1000 --concurrent 20 --concurrent-runs 1)
+  netns_launches=20
+else
+  counts=(--launches 200 --mib 1024 --throughput-runs 5 --pings 10000 --concurrent 100 --concurrent-runs 3)
+  netns_launches=200
+fi
+
+tmp=""
+daemon_pid=""
+created_users=()
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  # Cleanup must finish even when whoever read our output is gone.
+  trap '' PIPE
+  if [[ -n "$daemon_pid" ]] && kill -0 "$daemon_pid" 2>/dev/null; then
+    kill -TERM "$daemon_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$daemon_pid" 2>/dev/null || true
+    wait "$daemon_pid" 2>/dev/null || true
+  fi
+  for user in "${created_users[@]}"; do
+    if [[ $user == "$caller" ]]; then
+      userdel --remove "$user" 2>/dev/null
+    else
+      userdel "$user" 2>/dev/null
+    fi || echo "bench: could not delete user $user" >&2
+  done
+  for hierarchy in /sys/fs/cgroup/*/; do
+    [[ -d "$hierarchy$cgroup_parent" ]] || continue
+    # Session cgroups are removed by the daemon; only empty leftovers go here.
+    find "$hierarchy$cgroup_parent" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    [[ -d "$hierarchy$cgroup_parent" ]] && echo "bench: could not remove $hierarchy$cgroup_parent" >&2
+  done
+  [[ -n "$tmp" ]] && rm -rf "$tmp"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+echo "== build ($build_dir)"
+if [[ ! -f "$build_dir/build.ninja" ]]; then
+  cmake -S "$src_dir" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPANDO_TESTS=OFF >/dev/null
+fi
+ninja -C "$build_dir" -j2 pando-helperd pando-helper pando-helper-sandbox >/dev/null
+grep -q 'CMAKE_BUILD_TYPE:STRING=Release' "$build_dir/CMakeCache.txt" ||
+  echo "bench: warning: $build_dir is not a Release build" >&2
+
+echo "== users"
+for user in "$core_user" "$ws_user" "$caller"; do
+  if id "$user" >/dev/null 2>&1; then
+    echo "bench: user $user left over from an earlier run; deleting it" >&2
+    userdel --remove "$user" 2>/dev/null || ! id "$user" >/dev/null 2>&1 || userdel "$user"
+  fi
+done
+for user in "$core_user" "$ws_user"; do
+  useradd --system --user-group --no-create-home --home-dir /nonexistent \
+    --shell /usr/sbin/nologin "$user"
+  created_users+=("$user")
+done
+useradd --user-group --create-home --shell /bin/sh "$caller"
+created_users+=("$caller")
+caller_home=$(getent passwd "$caller" | cut -d: -f6)
+
+tmp=$(mktemp -d /tmp/pandobench.XXXXXX)
+chmod 755 "$tmp"
+project=$tmp/proj
+mkdir "$project"
+chown "$caller:$caller" "$project"
+install -m 0644 "$bench_dir/driver.py" "$tmp/driver.py"
+stderr_log=$tmp/stderr.log
+touch "$stderr_log"
+chown "$caller" "$stderr_log"
+caller_json=$tmp/caller.json
+: >"$caller_json"
+chown "$caller" "$caller_json"
+
+# The core role echoes (cat) and the workspace role exits at once (true): one
+# daemon serves every measurement.
+conf=$tmp/pandobench.conf
+cat >"$conf" <<EOF
+sandbox_helper_path: "$build_dir/pando-helper-sandbox"
+max_sessions: 256
+max_sessions_per_uid: 256
+log_file: "$tmp/daemon.log"
+log_level: "info"
+core {
+  user: "$core_user"
+  argv: "/bin/cat"
+}
+workspace {
+  user: "$ws_user"
+  argv: "/bin/true"
+}
+cgroups { parent: "$cgroup_parent" }
+EOF
+chmod 0644 "$conf"
+
+echo "== daemon"
+socket=$tmp/run/helper.sock
+"$build_dir/pando-helperd" --config "$conf" --socket "$socket" 2>>"$tmp/daemon.stderr" &
+daemon_pid=$!
+for _ in $(seq 100); do
+  [[ -S "$socket" ]] && break
+  kill -0 "$daemon_pid" 2>/dev/null || break
+  sleep 0.05
+done
+if [[ ! -S "$socket" ]]; then
+  echo "bench: the daemon did not come up:" >&2
+  cat "$tmp/daemon.stderr" "$tmp/daemon.log" >&2 2>/dev/null || true
+  exit 1
+fi
+
+echo "== host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), kernel $(uname -r)"
+echo "== caller-side measurements (as $caller)"
+caller_ok=1
+setpriv --reuid="$caller" --regid="$caller" --init-groups --inh-caps=-all \
+  env -i HOME="$caller_home" USER="$caller" LOGNAME="$caller" PATH=/usr/bin:/bin LANG=C.UTF-8 \
+  python3 "$tmp/driver.py" caller --client "$build_dir/pando-helper" --socket "$socket" \
+  --project "$project" --stderr-log "$stderr_log" --out "$caller_json" "${counts[@]}" ||
+  caller_ok=0
+if [[ -s "$stderr_log" ]]; then
+  echo "-- stderr of the measured commands (first 20 lines):"
+  head -n 20 "$stderr_log"
+fi
+if [[ $caller_ok -eq 0 ]]; then
+  echo "-- daemon log, warnings and errors (last 20):"
+  grep -v '"level":"info"' "$tmp/daemon.log" | tail -n 20 || true
+  cat "$tmp/daemon.stderr"
+fi
+[[ -s "$caller_json" ]] || exit 1
+
+echo "== network namespace cost (as root)"
+python3 "$tmp/driver.py" netns --launches "$netns_launches" --out "$tmp/netns.json"
+
+report_ok=1
+echo "== load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 "$tmp/driver.py" report --caller "$caller_json" --netns "$tmp/netns.json" || report_ok=0
+[[ $caller_ok -eq 1 && $report_ok -eq 1 ]]
