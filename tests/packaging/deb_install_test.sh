@@ -30,9 +30,10 @@ if getent passwd "$test_user" >/dev/null; then fail "user $test_user exists (lef
 tmp=$(mktemp -d /tmp/pandotest-debinst-XXXXXX)
 chmod 0755 "$tmp"
 
-# --- What "as found" means. Account files: every line there before is still
+# --- What "as found" means. Account files: every entry there before is still
 # there unchanged, and no line names a user this test touches that was not
-# there before (lines other processes add meanwhile are not this test's).
+# there before (entries other processes add or delete meanwhile are not this
+# test's).
 # Everything else: identical listings.
 account_files=(/etc/passwd /etc/group /etc/shadow /etc/gshadow /etc/subuid /etc/subgid)
 account_lines() {
@@ -52,6 +53,8 @@ declare -A role_existed
 for user in "${roles[@]}"; do
 	if getent passwd "$user" >/dev/null; then role_existed[$user]=1; else role_existed[$user]=0; fi
 done
+# postrm removes an empty /run/pando; one that was here before is put back.
+run_pando_before=$(stat -c '%a %u %g' /run/pando 2>/dev/null || true)
 before=$(snapshot)
 accounts_before=$(account_lines)
 
@@ -71,6 +74,10 @@ cleanup() {
 			if getent group "$user" >/dev/null; then groupdel "$user" || failed=1; fi
 		fi
 	done
+	if [ -n "$run_pando_before" ] && [ ! -d /run/pando ]; then
+		read -r mode uid gid <<<"$run_pando_before"
+		install -d -m "$mode" -o "$uid" -g "$gid" /run/pando || failed=1
+	fi
 	local after accounts_after removed added
 	after=$(snapshot)
 	if [ "$before" != "$after" ]; then
@@ -79,7 +86,16 @@ cleanup() {
 		failed=1
 	fi
 	accounts_after=$(account_lines)
-	removed=$(LC_ALL=C comm -23 <(echo "$accounts_before") <(echo "$accounts_after"))
+	# A removed line counts when its entry was changed (the name is still in
+	# that file) or is one of ours; whole entries of other names may have been
+	# deleted meanwhile by whoever made them.
+	removed=$(LC_ALL=C comm -23 <(echo "$accounts_before") <(echo "$accounts_after") |
+		while IFS=: read -r file name rest; do
+			if [ "$name" = "$test_user" ] || [ "$name" = "${roles[0]}" ] || [ "$name" = "${roles[1]}" ] ||
+				grep -q "^$file:$name:" <<<"$accounts_after"; then
+				echo "$file:$name:$rest"
+			fi
+		done)
 	added=$(LC_ALL=C comm -13 <(echo "$accounts_before") <(echo "$accounts_after") |
 		grep -E "^/etc/[a-z]+:($test_user|${roles[0]}|${roles[1]}):" || true)
 	if [ -n "$removed$added" ]; then
