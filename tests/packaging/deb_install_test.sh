@@ -195,6 +195,10 @@ LIST
 		case "$pw" in '!'* | '*'*) ;; *) fail "$user password is not locked" ;; esac
 	done
 
+	# The other way to make the users accepts what the package made.
+	/usr/bin/pando-helper security setup-users >"$tmp/setup-users.out" 2>&1 ||
+		{ cat "$tmp/setup-users.out" >&2; fail "setup-users refuses the users the package created"; }
+
 	# --- An unprivileged caller with a project in its home.
 	useradd -m -U -s /bin/sh "$test_user" || fail "useradd $test_user"
 	local home_dir project

@@ -21,7 +21,7 @@ rpm -qlpv "$rpm" | awk '{ print $1, $3 "/" $4, $9 }' |
 
 scripts=$(rpm -qp --scripts "$rpm")
 grep -q '^preinstall scriptlet' <<<"$scripts" || fail "no %pre"
-grep -q 'useradd -r -g "$user" -d / -s /usr/sbin/nologin' <<<"$scripts" || fail "%pre does not create locked system users"
+grep -q 'useradd -r -g "$user" -d /nonexistent -M -s /usr/sbin/nologin' <<<"$scripts" || fail "%pre does not create locked system users"
 grep -q 'systemctl --no-reload enable pando-helperd.socket' <<<"$scripts" || fail "%post does not enable the socket"
 grep -q '^preuninstall scriptlet' <<<"$scripts" || fail "no %preun"
 grep -q '^postuninstall scriptlet' <<<"$scripts" || fail "no %postun"

@@ -87,7 +87,7 @@ for user in pando-core pando-workspace; do
 		fail "sysusers did not create $user"
 	[ "$uid" -lt 1000 ] || fail "$user uid $uid is not a system uid"
 	grep -q "^$user:x:$gid:" "$tmp/root/etc/group" || fail "$user has no own primary group"
-	[ "$home" = / ] || fail "$user home is $home"
+	[ "$home" = /nonexistent ] || fail "$user home is $home"
 	[ "$shell" = /usr/sbin/nologin ] || fail "$user shell is $shell"
 	grep -q "^$user:!" "$tmp/root/etc/shadow" || fail "$user password not locked"
 done
