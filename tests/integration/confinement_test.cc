@@ -3,6 +3,7 @@
 // sandbox and prints one marker line; the tests compare those lines.
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -22,8 +23,6 @@
 #include <iostream>
 #include <set>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "tests/integration/harness.h"
 
@@ -123,27 +122,27 @@ TEST_F(ConfinementTest, HostFilesAndNeighboursAreOutOfReach) {
 
   for (const std::string role : {"workspace", "core"}) {
     SCOPED_TRACE(role);
-    const RunResult r = sh(std::string(kCheck) +
-                           "t read-shadow cat /etc/shadow; "
-                           "t list-home ls /home; "
-                           "t list-root ls /root; "
-                           "t list-other ls " + others + "; "
-                           "t read-other cat " + others + "/their-notes.txt; "
-                           "t read-marker cat " + parent + "/neighbour-marker; "
-                           "t write-usr touch /usr/pandotest-" + role + "; "
-                           "t write-etc touch /etc/pandotest-" + role + "; "
-                           "t write-parent touch " + parent + "/pandotest-" + role + "; "
-                           "t list-daemon-run ls " + parent + "/run; "
-                           "echo \"parent $(ls -a " + parent + " | tr '\\n' ' ')\"; "
-                           "echo \"etc $(ls -a /etc | tr '\\n' ' ')\"",
+    const RunResult r = sh(std::string(kCheck) + "P=" + parent + " O=" + others + " R=" + role +
+                               "; "
+                               "t read-shadow cat /etc/shadow; "
+                               "t list-home ls /home; "
+                               "t list-root ls /root; "
+                               "t list-other ls $O; "
+                               "t read-other cat $O/their-notes.txt; "
+                               "t read-marker cat $P/neighbour-marker; "
+                               "t write-usr touch /usr/pandotest-$R; "
+                               "t write-etc touch /etc/pandotest-$R; "
+                               "t write-parent touch $P/pandotest-$R; "
+                               "t list-daemon-run ls $P/run; "
+                               "echo \"parent $(ls -a $P | tr '\\n' ' ')\"; "
+                               "echo \"etc $(ls -a /etc | tr '\\n' ' ')\"",
                            role);
     ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
     EXPECT_EQ(r.err, "");
     const auto lines = lines_of(r.out);
     const std::vector<std::string> want_denied = {
-        "read-shadow no",    "list-home no", "list-root no", "list-other no",
-        "read-other no",     "read-marker no", "write-usr no", "write-etc no",
-        "write-parent no",   "list-daemon-run no"};
+        "read-shadow no", "list-home no", "list-root no", "list-other no",   "read-other no",
+        "read-marker no", "write-usr no", "write-etc no", "write-parent no", "list-daemon-run no"};
     ASSERT_GE(lines.size(), want_denied.size() + 2) << r.out;
     for (size_t i = 0; i < want_denied.size(); ++i) EXPECT_EQ(lines[i], want_denied[i]);
     // The project's parent holds only what the view put there: the project and the bin dir.
@@ -153,8 +152,8 @@ TEST_F(ConfinementTest, HostFilesAndNeighboursAreOutOfReach) {
       EXPECT_EQ(etc.find(host_only), std::string::npos) << etc;
     }
     EXPECT_EQ(r.out.find("secret"), std::string::npos) << r.out;
-    for (const std::string& path : {"/usr/pandotest-" + role, "/etc/pandotest-" + role,
-                                   parent + "/pandotest-" + role}) {
+    for (const std::string& path :
+         {"/usr/pandotest-" + role, "/etc/pandotest-" + role, parent + "/pandotest-" + role}) {
       EXPECT_FALSE(fs::exists(path)) << path;
     }
   }
@@ -196,11 +195,10 @@ TEST_F(ConfinementTest, HostListenersAndTheDaemonSocketAreUnreachable) {
   ASSERT_EQ(listen(unix_listener.get(), 8), 0);
 
   // Control: the same probe on the host, as the caller, reaches all three.
-  const RunResult host = run_as(caller(), {"/bin/sh", "-c",
-                                           probe() + " connect-tcp " + port + "; " + probe() +
-                                               " connect-abstract " + abstract_name + "; " +
-                                               probe() + " connect-unix " +
-                                               daemon_->socket_path()});
+  const RunResult host = run_as(
+      caller(), {"/bin/sh", "-c",
+                 probe() + " connect-tcp " + port + "; " + probe() + " connect-abstract " +
+                     abstract_name + "; " + probe() + " connect-unix " + daemon_->socket_path()});
   ASSERT_EQ(host.out, "connect-tcp ok\nconnect-abstract ok\nconnect-unix ok\n") << host.err;
   for (int fd : {tcp.get(), unix_listener.get()}) {
     for (;;) {
@@ -212,10 +210,10 @@ TEST_F(ConfinementTest, HostListenersAndTheDaemonSocketAreUnreachable) {
 
   for (const std::string role : {"workspace", "core"}) {
     SCOPED_TRACE(role);
-    const RunResult r = sh(probe() + " connect-tcp " + port + "; " + probe() +
-                               " connect-abstract " + abstract_name + "; " + probe() +
-                               " connect-unix " + daemon_->socket_path(),
-                           role);
+    const RunResult r =
+        sh(probe() + " connect-tcp " + port + "; " + probe() + " connect-abstract " +
+               abstract_name + "; " + probe() + " connect-unix " + daemon_->socket_path(),
+           role);
     ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
     // TCP: Landlock (ABI >= 4) denies every TCP connect with EACCES; without it
     // the separate network namespace's own loopback refuses. The abstract
@@ -236,9 +234,9 @@ TEST_F(ConfinementTest, HostListenersAndTheDaemonSocketAreUnreachable) {
 
 TEST_F(ConfinementTest, OnlyTheSessionsProcessesAreVisible) {
   // A long-running process of the same role user in another session.
-  RunningClient other(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
-                                 "--project-root", project_, "--stdio", "--socket",
-                                 daemon_->socket_path()});
+  RunningClient other(
+      caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
+                 project_, "--stdio", "--socket", daemon_->socket_path()});
   ASSERT_TRUE(other.write_all("echo ready; exec sleep 1000\n"));
   ASSERT_TRUE(other.read_until("ready", 30s));
 
@@ -256,8 +254,7 @@ TEST_F(ConfinementTest, OnlyTheSessionsProcessesAreVisible) {
     }
     // Init (1) is not dumpable, so hidepid=invisible may hide it from the role too.
     const std::string self = lines[0].substr(5);
-    EXPECT_TRUE(pids == (std::set<std::string>{self}) ||
-                pids == (std::set<std::string>{"1", self}))
+    EXPECT_TRUE(pids == (std::set<std::string>{self}) || pids == (std::set<std::string>{"1", self}))
         << r.out;
     const RunResult ps = sh("exec ps -e -o pid=,comm=", role);
     EXPECT_EQ(ps.exit_code, 0) << ps.err;
@@ -301,13 +298,18 @@ TEST_F(ConfinementTest, CoreReadsButCannotWriteTheProject) {
 TEST_F(ConfinementTest, HomeAndTmpdirAreWritableInBothRoles) {
   for (const std::string role : {"workspace", "core"}) {
     SCOPED_TRACE(role);
+    const std::string private_tmp_file =
+        "/tmp/pandotest-private-" + std::to_string(getpid()) + "-" + role;
     const RunResult r = sh(std::string(kCheck) +
                                "t home sh -c 'echo h > \"$HOME/h.txt\"'; "
                                "t tmpdir sh -c 'echo t > \"$TMPDIR/t.txt\"'; "
-                               "t tmp sh -c 'echo t > /tmp/t.txt'",
+                               "t tmp sh -c 'echo t > " +
+                               private_tmp_file + "'",
                            role);
     ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
     EXPECT_EQ(r.out, "home yes\ntmpdir yes\ntmp yes\n");
+    // /tmp inside is the session's own tmpfs.
+    EXPECT_FALSE(fs::exists(private_tmp_file)) << private_tmp_file;
     const std::string sandbox = project_ + "/.pando-sandbox/" + role;
     for (const std::string& path : {sandbox + "/home/h.txt", sandbox + "/tmp/t.txt"}) {
       const struct stat st = stat_of(path);
@@ -336,9 +338,9 @@ TEST_F(ConfinementTest, SessionsLeaveNothingOnTheHost) {
     EXPECT_EQ(r.out, "started\n") << r.err;
   }
   {
-    RunningClient killed(caller(), {daemon_->client(), "security", "launch", "--role",
-                                    "workspace", "--project-root", project_, "--stdio",
-                                    "--socket", daemon_->socket_path()});
+    RunningClient killed(
+        caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
+                   project_, "--stdio", "--socket", daemon_->socket_path()});
     ASSERT_TRUE(killed.write_all("sleep 1000 & echo ready; exec sleep 1000\n"));
     ASSERT_TRUE(killed.read_until("ready", 30s));
     kill(killed.pid(), SIGKILL);
@@ -429,6 +431,30 @@ TEST_F(ConfinementTest, PlantedSymlinksAreNeverFollowed) {
     EXPECT_EQ(r.out, "dotenv no\ndeep no\n");
     EXPECT_EQ(r.out.find(shadow.substr(0, shadow.find(':'))), std::string::npos);
   }
+  etc.expect_unchanged();
+  root.expect_unchanged();
+}
+
+// The workspace role writes the project, .pando-sandbox/core included, so it can
+// plant the same symlinks for the next core session: they must be refused too.
+TEST_F(ConfinementTest, WorkspaceCannotRedirectTheNextCoreSession) {
+  const HostTreeWatch etc("/etc"), root("/root");
+  ASSERT_EQ(sh("echo first", "core").out, "first\n");
+  const RunResult plant =
+      sh("mv .pando-sandbox/core .pando-sandbox/core-old && ln -s /etc .pando-sandbox/core && "
+         "echo planted");
+  ASSERT_EQ(plant.out, "planted\n") << plant.err;
+  RunResult r = sh("echo launched", "core");
+  EXPECT_EQ(r.exit_code, 77) << r.out << r.err;
+  EXPECT_NE(r.err.find("ERROR_PATH_SYMLINK"), std::string::npos) << r.err;
+
+  const RunResult plant_home =
+      sh("rm .pando-sandbox/core && mv .pando-sandbox/core-old .pando-sandbox/core && "
+         "rm -r .pando-sandbox/core/home && ln -s /root .pando-sandbox/core/home && echo planted");
+  ASSERT_EQ(plant_home.out, "planted\n") << plant_home.err;
+  r = sh("echo launched", "core");
+  EXPECT_EQ(r.exit_code, 77) << r.out << r.err;
+  EXPECT_NE(r.err.find("ERROR_PATH_SYMLINK"), std::string::npos) << r.err;
   etc.expect_unchanged();
   root.expect_unchanged();
 }
@@ -530,10 +556,12 @@ TEST_F(ConfinementTest, ProjectOnRamfsIsRefusedAndStatusSaysWhy) {
         << ram_status.out;
     const RunResult ext4_status = status(project_);
     EXPECT_EQ(ext4_status.exit_code, 0) << ext4_status.err;
-    EXPECT_NE(ext4_status.out.find("layer idmapped_mounts: available (" + project_ +
-                                   ": ext2/ext3/ext4)"),
-              std::string::npos)
+    EXPECT_NE(
+        ext4_status.out.find("layer idmapped_mounts: available (" + project_ + ": ext2/ext3/ext4)"),
+        std::string::npos)
         << ext4_status.out;
+    // The idmap check's user-namespace holder is gone too.
+    EXPECT_TRUE(eventually([&] { return children_of(daemon_->pid()).empty(); }, 10s));
   }
   EXPECT_EQ(host_mounts(), mounts_before);
   EXPECT_EQ(sh("echo alive").out, "alive\n");
@@ -595,12 +623,32 @@ TEST_F(ConfinementTest, DeniedSyscallsFailWithTheDocumentedErrno) {
                                                              : "errno=EPERM";
       EXPECT_EQ(result, want) << check;
     }
-    for (const char* check :
-         {"ptrace", "mount", "umount2", "pivot_root", "open_tree", "move_mount", "fsopen",
-          "mount_setattr", "clone3", "unshare", "setns", "bpf", "io_uring_setup", "keyctl",
-          "userfaultfd", "open_by_handle_at", "vhangup", "clone-newuser", "clone-newns",
-          "unshare-newuser", "ioctl-tiocsti", "ioctl-tiocsti-high", "ioctl-tioclinux-high",
-          "personality-linux32", "allow-fork", "allow-thread"}) {
+    for (const char* check : {"ptrace",
+                              "mount",
+                              "umount2",
+                              "pivot_root",
+                              "open_tree",
+                              "move_mount",
+                              "fsopen",
+                              "mount_setattr",
+                              "clone3",
+                              "unshare",
+                              "setns",
+                              "bpf",
+                              "io_uring_setup",
+                              "keyctl",
+                              "userfaultfd",
+                              "open_by_handle_at",
+                              "vhangup",
+                              "clone-newuser",
+                              "clone-newns",
+                              "unshare-newuser",
+                              "ioctl-tiocsti",
+                              "ioctl-tiocsti-high",
+                              "ioctl-tioclinux-high",
+                              "personality-linux32",
+                              "allow-fork",
+                              "allow-thread"}) {
       EXPECT_EQ(results.count(check), 1u) << "no probe line for " << check;
     }
   }
@@ -632,9 +680,9 @@ TEST_F(ConfinementTest, SetuidBinaryGivesNoPrivilege) {
   const RunResult host = run_as(caller(), {setuid_id, "-u"});
   ASSERT_EQ(host.out, "0\n") << host.err;
 
-  const RunResult r = sh(setuid_id + " -u; grep -c ' " + daemon_->bin_dir() +
-                         " .*nosuid' /proc/self/mountinfo; exec " + probe() + " setuid-exec " +
-                         setuid_id + " -u");
+  const RunResult r =
+      sh(setuid_id + " -u; grep -c ' " + daemon_->bin_dir() +
+         " .*nosuid' /proc/self/mountinfo; exec " + probe() + " setuid-exec " + setuid_id + " -u");
   ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
   const std::string uid = std::to_string(workspace_user().uid);
   // Two layers stop it: the runtime path is mounted nosuid (the 1 below), and
@@ -654,10 +702,14 @@ TEST_F(ConfinementTest, OnlyStdioFdsAreOpen) {
 }
 
 const std::map<std::string, std::string> kHostileClientEnv = {
-    {"LD_PRELOAD", "/nonexistent.so"},   {"NODE_OPTIONS", "--require=/x"},
-    {"PYTHONPATH", "/x"},                {"https_proxy", "http://proxy.invalid:3128"},
-    {"GITHUB_TOKEN", "ghp_fake"},        {"PATH", "/evil/bin"},
-    {"HOME", "/evil/home"},              {"PANDO_PROCESS_ROLE", "evil"}};
+    {"LD_PRELOAD", "/nonexistent.so"},
+    {"NODE_OPTIONS", "--require=/x"},
+    {"PYTHONPATH", "/x"},
+    {"https_proxy", "http://proxy.invalid:3128"},
+    {"GITHUB_TOKEN", "ghp_fake"},
+    {"PATH", "/evil/bin"},
+    {"HOME", "/evil/home"},
+    {"PANDO_PROCESS_ROLE", "evil"}};
 
 std::set<std::string> variable_names(const std::string& out) {
   std::set<std::string> names;
@@ -666,9 +718,8 @@ std::set<std::string> variable_names(const std::string& out) {
 }
 
 const std::set<std::string> kDocumentedEnv = {
-    "PATH",           "HOME", "TMPDIR", "XDG_CACHE_HOME",     "XDG_CONFIG_HOME",
-    "XDG_DATA_HOME",  "USER", "LOGNAME", "LANG",              "PANDO_PROCESS_ROLE",
-    "PANDO_PROJECT_ROOT"};
+    "PATH", "HOME",    "TMPDIR", "XDG_CACHE_HOME",     "XDG_CONFIG_HOME",   "XDG_DATA_HOME",
+    "USER", "LOGNAME", "LANG",   "PANDO_PROCESS_ROLE", "PANDO_PROJECT_ROOT"};
 
 TEST_F(ConfinementTest, EnvironmentIsOnlyTheDocumentedVariables) {
   RunOptions options;
@@ -718,12 +769,12 @@ TEST_F(ConfinementTest, EnvironmentIsOnlyTheDocumentedVariables) {
 // --- issue 4: ordinary tools still work ------------------------------------------------
 
 TEST_F(ConfinementTest, ShellGitAndCompilerWorkInTheWorkspace) {
-  const RunResult r = sh(
-      "git init -q . && echo git-init-ok; echo hi > tracked.txt; git add tracked.txt && "
-      "git -c user.name=t -c user.email=t@t commit -q -m first && echo git-commit-ok; "
-      "git status --porcelain -- tracked.txt && echo git-status-ok; "
-      "printf '#include <stdio.h>\\nint main(void) { puts(\"hello-from-cc\"); return 0; }\\n' "
-      "> \"$TMPDIR/h.c\" && cc -o \"$TMPDIR/h\" \"$TMPDIR/h.c\" && \"$TMPDIR/h\"");
+  const RunResult r =
+      sh("git init -q . && echo git-init-ok; echo hi > tracked.txt; git add tracked.txt && "
+         "git -c user.name=t -c user.email=t@t commit -q -m first && echo git-commit-ok; "
+         "git status --porcelain -- tracked.txt && echo git-status-ok; "
+         "printf '#include <stdio.h>\\nint main(void) { puts(\"hello-from-cc\"); return 0; }\\n' "
+         "> \"$TMPDIR/h.c\" && cc -o \"$TMPDIR/h\" \"$TMPDIR/h.c\" && \"$TMPDIR/h\"");
   ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
   EXPECT_EQ(r.out, "git-init-ok\ngit-commit-ok\ngit-status-ok\nhello-from-cc\n") << r.err;
   EXPECT_EQ(stat_of(project_ + "/.git/HEAD").st_uid, caller().uid);
