@@ -351,6 +351,40 @@ def mode_netns(args):
         json.dump(out, f)
 
 
+def mode_daemonlog(args):
+    """The daemon's own view of each session, from its JSON-lines log: where launch time goes."""
+    from datetime import datetime
+
+    def ts(value):
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+    requested, setup, duration, ended_reasons = {}, {}, {}, {}
+    with open(args.log) as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            event, session = e.get("event", ""), e.get("session")
+            if event.endswith("_launch_requested"):
+                requested[session] = (e.get("role"), ts(e["ts"]))
+            elif event.endswith("_session_started") and session in requested:
+                role, t0 = requested[session]
+                setup.setdefault(role, []).append((ts(e["ts"]) - t0) * 1e3)
+            elif event.endswith("_session_ended") and session in requested:
+                role = requested[session][0]
+                duration.setdefault(role, []).append(e.get("duration_ms", 0))
+                reason = e.get("reason", "?")
+                ended_reasons[reason] = ended_reasons.get(reason, 0) + 1
+    print("daemon's view (from its log): request received -> role started, and whole session:")
+    for role in sorted(setup):
+        d = duration.get(role, [])
+        print(f"  {role:9s} {len(setup[role])} sessions: setup median "
+              f"{statistics.median(setup[role]):.1f} ms, session median "
+              f"{statistics.median(d) if d else float('nan'):.0f} ms")
+    print("  end reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(ended_reasons.items())))
+
+
 def ms(ns):
     return f"{ns / 1e6:.2f} ms"
 
@@ -457,12 +491,15 @@ def main():
     n.add_argument("--unshare", default="/usr/bin/unshare")
     n.add_argument("--launches", type=int, default=200)
     n.add_argument("--out", required=True)
+    d = sub.add_parser("daemonlog")
+    d.add_argument("--log", required=True)
     r = sub.add_parser("report")
     r.add_argument("--caller", required=True)
     r.add_argument("--netns", required=True)
     args = ap.parse_args()
     try:
-        rc = {"caller": mode_caller, "netns": mode_netns, "report": mode_report}[args.mode](args)
+        rc = {"caller": mode_caller, "netns": mode_netns, "daemonlog": mode_daemonlog,
+              "report": mode_report}[args.mode](args)
     except BenchError as e:
         print(f"bench: FAILED: {e}", file=sys.stderr)
         return 1

@@ -161,6 +161,7 @@ if [[ $caller_ok -eq 0 ]]; then
   cat "$tmp/daemon.stderr"
 fi
 [[ -s "$caller_json" ]] || exit 1
+python3 "$tmp/driver.py" daemonlog --log "$tmp/daemon.log" || true
 
 echo "== network namespace cost (as root)"
 python3 "$tmp/driver.py" netns --launches "$netns_launches" --out "$tmp/netns.json"
