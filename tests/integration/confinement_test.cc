@@ -67,6 +67,34 @@ struct stat stat_of(const std::string& path) {
   return st;
 }
 
+// "+line" / "-line" for every mount that appeared / disappeared.
+std::string mount_changes(const std::vector<std::string>& before,
+                          const std::vector<std::string>& after) {
+  const std::set<std::string> old_set(before.begin(), before.end());
+  const std::set<std::string> new_set(after.begin(), after.end());
+  std::string changes;
+  for (const auto& line : new_set) {
+    if (!old_set.count(line)) changes += "+" + line + "\n";
+  }
+  for (const auto& line : old_set) {
+    if (!new_set.count(line)) changes += "-" + line + "\n";
+  }
+  return changes;
+}
+
+// "<pid> <cmdline>" of each pid, for failure messages.
+std::string describe(const std::vector<pid_t>& pids) {
+  std::string text;
+  for (pid_t pid : pids) {
+    std::string cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+    for (char& c : cmdline) {
+      if (c == '\0') c = ' ';
+    }
+    text += std::to_string(pid) + " " + cmdline + "\n";
+  }
+  return text;
+}
+
 // Pids of live processes whose parent is `parent`.
 std::vector<pid_t> children_of(pid_t parent) {
   std::vector<pid_t> pids;
@@ -351,17 +379,17 @@ TEST_F(ConfinementTest, SessionsLeaveNothingOnTheHost) {
         return processes_of(workspace_user().uid).empty() && processes_of(core_user().uid).empty();
       },
       10s))
-      << processes_of(workspace_user().uid).size() << " workspace and "
-      << processes_of(core_user().uid).size() << " core processes left";
+      << describe(processes_of(workspace_user().uid)) << describe(processes_of(core_user().uid));
   EXPECT_TRUE(eventually([&] { return children_of(daemon_->pid()).empty(); }, 10s))
-      << children_of(daemon_->pid()).size() << " launchers still children of the daemon";
-  EXPECT_EQ(host_mounts(), mounts_before);
+      << "still children of the daemon:\n"
+      << describe(children_of(daemon_->pid()));
+  EXPECT_EQ(mount_changes(mounts_before, host_mounts()), "");
   const pid_t daemon_pid = daemon_->pid();
   const int status = daemon_->stop();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   std::vector<pid_t> orphans = children_of(getpid());
   for (pid_t pid : orphans) {
-    ADD_FAILURE() << "process " << pid << " outlived daemon " << daemon_pid;
+    ADD_FAILURE() << "outlived daemon " << daemon_pid << ": " << describe({pid});
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
   }
@@ -563,7 +591,7 @@ TEST_F(ConfinementTest, ProjectOnRamfsIsRefusedAndStatusSaysWhy) {
     // The idmap check's user-namespace holder is gone too.
     EXPECT_TRUE(eventually([&] { return children_of(daemon_->pid()).empty(); }, 10s));
   }
-  EXPECT_EQ(host_mounts(), mounts_before);
+  EXPECT_EQ(mount_changes(mounts_before, host_mounts()), "");
   EXPECT_EQ(sh("echo alive").out, "alive\n");
 }
 
