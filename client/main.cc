@@ -16,6 +16,7 @@
 #include "client/setup_users.h"
 #include "client/status.h"
 #include "common/json_log.h"
+#include <google/protobuf/stubs/logging.h>
 
 namespace {
 
@@ -112,6 +113,8 @@ std::string absolute_project_root(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Protobuf would print parse complaints about client bytes to stderr.
+  google::protobuf::SetLogHandler(nullptr);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 1 && args[0] == "--version") {
     std::cout << "pando-helper " << PANDO_VERSION << "\n";

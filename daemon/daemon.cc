@@ -182,7 +182,16 @@ int Daemon::run() {
   accept_next();
   arm_idle_timer();
   notify("READY=1");
-  io_.run();
+  // A handler that throws must not take every other session down with it:
+  // log it and keep serving.
+  for (;;) {
+    try {
+      io_.run();
+      break;
+    } catch (const std::exception& e) {
+      log::error("handler_failed", {{"error", std::string(e.what())}});
+    }
+  }
   log::info("stopped");
   return 0;
 }
@@ -380,8 +389,13 @@ v1::Status Daemon::status(const PeerIdentity& peer, const std::string& project_r
     struct passwd* pw = getpwnam(role.user().c_str());
     const uid_t role_uid = pw != nullptr ? pw->pw_uid : 65534;
     const gid_t role_gid = pw != nullptr ? pw->pw_gid : 65534;
-    const auto check = sandbox::check_idmap_support(dir.get(), peer.uid, peer.gid, role_uid, role_gid);
-    add("idmapped_mounts", check.supported, project_root + ": " + check.detail);
+    try {
+      const auto check =
+          sandbox::check_idmap_support(dir.get(), peer.uid, peer.gid, role_uid, role_gid);
+      add("idmapped_mounts", check.supported, project_root + ": " + check.detail);
+    } catch (const std::exception& e) {
+      add("idmapped_mounts", false, project_root + ": " + e.what());
+    }
   }
   return status;
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/json_log.h"
+#include <google/protobuf/stubs/logging.h>
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 
@@ -22,6 +23,8 @@ constexpr const char* kUsage =
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Protobuf would print parse complaints about client bytes to stderr.
+  google::protobuf::SetLogHandler(nullptr);
   pando::daemon::DaemonOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];

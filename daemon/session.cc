@@ -200,6 +200,10 @@ std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& requ
   if (daemon_.shutting_down()) {
     return wire::RequestError{v1::ERROR_SHUTTING_DOWN, "the daemon is shutting down"};
   }
+  if (peer_.uid == 0 || peer_.gid == 0) {
+    return wire::RequestError{v1::ERROR_CALLER_IS_ROOT,
+                              "root cannot launch a role; run the client as the project's owner"};
+  }
   if (auto error = daemon_.reserve_session(peer_.uid)) return error;
   reserved_ = true;
 

@@ -216,6 +216,12 @@ TEST_F(FoundationTest, RejectionsReachRawClientsWithTheirCodes) {
   EXPECT_EQ(reject_code_for_root(project_, static_cast<v1::Role>(9)), v1::ERROR_UNKNOWN_ROLE);
   EXPECT_EQ(reject_code_for_root(project_, v1::ROLE_UNSPECIFIED), v1::ERROR_UNKNOWN_ROLE);
 
+  {  // root is never a caller
+    RawClient client(daemon_->socket_path(), TestUser{"root", 0, 0});
+    client.send_preface();
+    client.send_frame(v1::FRAME_LAUNCH_REQUEST, client.launch_request(v1::ROLE_WORKSPACE, project_));
+    EXPECT_EQ(expect_rejected(client).code(), v1::ERROR_CALLER_IS_ROOT);
+  }
   {  // garbage instead of a preface
     RawClient client(daemon_->socket_path(), caller());
     client.send_bytes("GET / HTTP/1.1\r\n\r\n");

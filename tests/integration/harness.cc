@@ -78,17 +78,42 @@ struct Users {
 };
 Users* g_users = nullptr;
 
+// Names carry this process's pid, so test binaries running side by side never
+// share (or delete) each other's users; leftovers of dead runs are removed.
+std::string user_name(const char* role, pid_t pid) {
+  return "pandotest-" + std::to_string(pid) + "-" + role;
+}
+constexpr const char* kRoles[] = {"caller", "other", "core", "ws"};
+
+void remove_stale_users() {
+  std::ifstream passwd("/etc/passwd");
+  for (std::string line; std::getline(passwd, line);) {
+    const std::string name = line.substr(0, line.find(':'));
+    if (name.rfind("pandotest-", 0) != 0) continue;
+    const std::string rest = name.substr(10);
+    const auto dash = rest.find('-');
+    if (dash == std::string::npos || dash == 0 ||
+        rest.substr(0, dash).find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    const pid_t pid = static_cast<pid_t>(std::stol(rest.substr(0, dash)));
+    if (pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) delete_user(name);
+  }
+}
+
 class UsersEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     if (geteuid() != 0) return;
-    g_users = new Users{create_user("pandotest-icaller", false), create_user("pandotest-iother", false),
-                        create_user("pandotest-icore", true), create_user("pandotest-iws", true)};
+    remove_stale_users();
+    const pid_t me = getpid();
+    g_users = new Users{create_user(user_name("caller", me), false),
+                        create_user(user_name("other", me), false),
+                        create_user(user_name("core", me), true),
+                        create_user(user_name("ws", me), true)};
   }
   void TearDown() override {
-    for (const char* name : {"pandotest-icaller", "pandotest-iother", "pandotest-icore", "pandotest-iws"}) {
-      delete_user(name);
-    }
+    for (const char* role : kRoles) delete_user(user_name(role, getpid()));
     delete g_users;
     g_users = nullptr;
   }

@@ -2,8 +2,8 @@
 
 // Integration harness: the real pando-helperd on a temp socket with a temp
 // config, the real client run as an unprivileged test user, raw-socket clients,
-// and the test users themselves (prefix pandotest-i, created once per test
-// binary, removed at its end).
+// and the test users themselves (pandotest-<pid>-<role>, created once per test
+// binary, removed at its end; see harness.cc for the names).
 
 #include <sys/types.h>
 

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone, as root (tests create users,
+# namespaces and cgroups for real and remove them again):
+#   1. dependencies (Debian 12 packages)
+#   2. a RelWithDebInfo build and every test: unit, integration, packaging
+#   3. an ASan+UBSan build running the unit and integration tests
+#   4. the libFuzzer target on the frame decoder and request validator (60 s)
+# Ends with one line "tests: N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "scripts/test.sh: run as root (the tests create users, namespaces and cgroups)" >&2
+  exit 2
+fi
+./scripts/install-deps.sh || exit 1
+
+fuzz_seconds=${PANDO_FUZZ_SECONDS:-60}
+passed=0
+failed=0
+status=0
+
+run_ctest() {  # <build dir> <ctest args...>
+  local dir=$1
+  shift
+  local log
+  log=$(mktemp)
+  (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log"
+  local line
+  line=$(grep -E "tests passed, [0-9]+ tests? failed out of [0-9]+" "$log" | tail -n 1)
+  rm -f "$log"
+  if [ -z "$line" ]; then
+    echo "scripts/test.sh: ctest in $dir reported no result" >&2
+    status=1
+    return
+  fi
+  local failed_here total
+  failed_here=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+  total=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\2/' <<<"$line")
+  passed=$((passed + total - failed_here))
+  failed=$((failed + failed_here))
+  [ "$failed_here" -eq 0 ] || status=1
+}
+
+build() {  # <dir> <cmake args...>
+  local dir=$1
+  shift
+  cmake -S "$root" -B "$dir" -G Ninja "$@" >/dev/null && cmake --build "$dir" || {
+    echo "scripts/test.sh: build in $dir failed" >&2
+    failed=$((failed + 1))
+    status=1
+    return 1
+  }
+}
+
+echo "== build and test (RelWithDebInfo): unit, integration, packaging"
+if build build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
+  run_ctest build/test
+fi
+
+echo "== ASan+UBSan: unit and integration tests"
+if build build/asan -DCMAKE_BUILD_TYPE=Debug -DPANDO_SANITIZE=ON; then
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_ctest build/asan -LE packaging
+fi
+
+echo "== libFuzzer: frame decoder and request validator, ${fuzz_seconds} s"
+if build build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+  -DCMAKE_CXX_COMPILER=clang++ -DPANDO_FUZZ=ON -DPANDO_TESTS=OFF; then
+  corpus=$(mktemp -d)
+  cp tests/fuzz/corpus/* "$corpus/"
+  if ./build/fuzz/tests/fuzz/fuzz_frames -max_total_time="$fuzz_seconds" -max_len=20000 \
+    -artifact_prefix="$corpus/" "$corpus" 2>&1 | tail -n 3; then
+    passed=$((passed + 1))
+  else
+    echo "scripts/test.sh: the fuzzer found a crash (artifacts in $corpus)" >&2
+    failed=$((failed + 1))
+    status=1
+  fi
+  [ "$status" -ne 0 ] || rm -rf "$corpus"
+fi
+
+echo "tests: ${passed} passed, ${failed} failed"
+exit "$status"
