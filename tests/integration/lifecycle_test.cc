@@ -1,8 +1,9 @@
 // Issue 5: session cgroups end to end, through the real daemon and client as an unprivileged
 // caller: limits (pids, memory, cpu) hold inside one session without touching the others,
 // teardown leaks nothing (cgroups, mounts, processes, daemon fds and memory), a restarted
-// daemon cleans up after a killed one, and every session is accounted for in the log.
+// daemon cleans up after a killed one, and a finished session's usage reaches the log.
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,8 +15,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "tests/integration/harness.h"
 
@@ -131,6 +130,14 @@ bool no_role_processes() {
   return processes_of(core_user().uid).empty() && processes_of(workspace_user().uid).empty();
 }
 
+// A fork bomb that keeps its session at pids.max: bash retries and survives a failed fork
+// (dash exits on one, so a dash bomb dies out within a second). The role shell itself forks
+// only once, before the limit is reached, then waits in builtins; SIGINT ends it with 9.
+constexpr const char* kBomb =
+    "exec bash -c 'trap \"exit 9\" INT; exec 2>/dev/null; b() { b | b & }; b; echo bombing; "
+    "while :; do read -r -t 1 _; done'\n";
+constexpr const char* kBombLimits = "pids_max: 64 cpu_max_percent: 50";
+
 class LifecycleTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_EQ(geteuid(), 0u) << "integration tests run as root"; }
@@ -169,8 +176,8 @@ class LifecycleTest : public ::testing::Test {
 
 TEST_F(LifecycleTest, ForkBombStopsAtPidsMaxWhileOthersKeepWorking) {
   DaemonOptions options;
-  // CPU capped too: the bomb churns forever, and the host is shared.
-  options.workspace_argv_text = role_with_limits("pids_max: 64 cpu_max_percent: 100");
+  // CPU capped too: the bomb churns until it is ended, and the host is shared.
+  options.workspace_argv_text = role_with_limits(kBombLimits);
   start_daemon(options);
 
   auto peer = open_session();
@@ -179,16 +186,14 @@ TEST_F(LifecycleTest, ForkBombStopsAtPidsMaxWhileOthersKeepWorking) {
   const auto before = session_cgroup_dirs();
 
   auto bomb = open_session();
-  ASSERT_TRUE(bomb->write_all(
-      "trap 'exit 9' INT; exec 2>/dev/null; b() { b | b & }; echo bombing; b; "
-      "while :; do wait; done\n"));
+  ASSERT_TRUE(bomb->write_all(kBomb));
   ASSERT_TRUE(bomb->read_until("bombing\n", 20s)) << daemon_->log();
   const auto bomb_dirs = minus(session_cgroup_dirs(), before);
   const std::string pids = dir_in(bomb_dirs, "pids");
   ASSERT_FALSE(pids.empty()) << "no pids cgroup for the bomb session";
   EXPECT_EQ(read_text(pids + "/pids.max").value_or(""), "64\n");
-  ASSERT_TRUE(eventually([&] { return read_keyed(pids + "/pids.events", "max").value_or(0) > 0; },
-                         30s))
+  ASSERT_TRUE(
+      eventually([&] { return read_keyed(pids + "/pids.events", "max").value_or(0) > 0; }, 30s))
       << "the bomb never reached pids.max";
 
   uint64_t highest = 0;
@@ -206,6 +211,8 @@ TEST_F(LifecycleTest, ForkBombStopsAtPidsMaxWhileOthersKeepWorking) {
   const RunResult fresh = sh("echo alive");
   EXPECT_EQ(fresh.exit_code, 0) << fresh.err;
   EXPECT_EQ(fresh.out, "alive\n") << "the daemon did not launch a new session during the bomb";
+  EXPECT_GT(read_number(pids + "/pids.current").value_or(0), 32u)
+      << "the bomb died out before the others were checked";
 
   kill(bomb->pid(), SIGINT);
   const int status = bomb->wait(30s);
@@ -239,9 +246,10 @@ TEST_F(LifecycleTest, MemoryHogIsOomKilledInItsSessionOnly) {
   // The shell itself holds the 300 MB command substitution: it is the biggest process.
   RunOptions run;
   run.timeout = 120s;
-  const RunResult hog = sh("echo hog-start; x=$(head -c 300000000 /dev/zero | tr '\\0' x); "
-                           "echo survived",
-                           "workspace", run);
+  const RunResult hog =
+      sh("echo hog-start; x=$(head -c 300000000 /dev/zero | tr '\\0' x); "
+         "echo survived",
+         "workspace", run);
   EXPECT_EQ(hog.exit_code, 128 + SIGKILL) << hog.err;
   EXPECT_EQ(hog.out, "hog-start\n");
   EXPECT_NE(hog.err.find("memory limit 64 MiB reached"), std::string::npos) << hog.err;
@@ -333,9 +341,10 @@ TEST_F(LifecycleTest, ThousandSessionsLeaveNothingBehind) {
   EXPECT_TRUE(eventually([&] { return open_fd_count(pid) <= fds_before + 2; }, 5s));
   const size_t fds_after = open_fd_count(pid);
   const uint64_t rss_after = rss_kib(pid);
-  std::printf("1000 sessions in %.1f s (%.0f ms each); daemon fds %zu -> %zu, VmRSS %lu -> %lu KiB\n",
-              seconds, seconds, fds_before, fds_after, static_cast<unsigned long>(rss_before),
-              static_cast<unsigned long>(rss_after));
+  std::printf(
+      "1000 sessions in %.1f s (%.0f ms each); daemon fds %zu -> %zu, VmRSS %lu -> %lu KiB\n",
+      seconds, seconds, fds_before, fds_after, static_cast<unsigned long>(rss_before),
+      static_cast<unsigned long>(rss_after));
   EXPECT_LE(fds_after, fds_before + 2);
   EXPECT_LT(rss_after, rss_before + 8 * 1024);
   EXPECT_EQ(read_text("/proc/" + std::to_string(pid) + "/mountinfo"), daemon_mounts_before);
@@ -392,7 +401,8 @@ TEST_F(LifecycleTest, RestartedDaemonRemovesSessionsOfAKilledOne) {
   for (const auto& d : stale) names.insert(fs::path(d).filename().string());
   for (const auto& name : names) {
     EXPECT_EQ(lines_with(restarted.log(), "\"cgroup\":\"" + name + "\"").size(), 1u)
-        << name << " not reported removed:\n" << restarted.log();
+        << name << " not reported removed:\n"
+        << restarted.log();
   }
 
   const std::string project = restarted.dir().make_dir("proj", caller());
@@ -428,11 +438,56 @@ TEST_F(LifecycleTest, ClientSigkillTakesDetachedSetsidProcessesWithinASecond) {
   EXPECT_TRUE(eventually([] { return session_cgroup_dirs().empty(); }, 5s));
 }
 
+TEST_F(LifecycleTest, ClientSigkillDuringAForkBombLeavesNothing) {
+  DaemonOptions options;
+  options.workspace_argv_text = role_with_limits(kBombLimits);
+  start_daemon(options);
+  auto bomb = open_session();
+  ASSERT_TRUE(bomb->write_all(kBomb));
+  ASSERT_TRUE(bomb->read_until("bombing\n", 20s)) << daemon_->log();
+  const std::string pids = dir_in(session_cgroup_dirs(), "pids");
+  ASSERT_FALSE(pids.empty());
+  ASSERT_TRUE(
+      eventually([&] { return read_keyed(pids + "/pids.events", "max").value_or(0) > 0; }, 30s));
+
+  kill(bomb->pid(), SIGKILL);
+  bomb->wait(5s);
+  EXPECT_TRUE(eventually([] { return processes_of(workspace_user().uid).empty(); }, 1s))
+      << processes_of(workspace_user().uid).size() << " processes left";
+  EXPECT_TRUE(eventually([] { return session_cgroup_dirs().empty(); }, 5s));
+  const RunResult r = sh("echo alive");
+  EXPECT_EQ(r.out, "alive\n") << r.err;
+}
+
+TEST_F(LifecycleTest, RestartedDaemonRemovesAStaleForkBomb) {
+  DaemonOptions options;
+  options.workspace_argv_text = role_with_limits(kBombLimits);
+  start_daemon(options);
+  auto bomb = open_session();
+  ASSERT_TRUE(bomb->write_all(kBomb));
+  ASSERT_TRUE(bomb->read_until("bombing\n", 20s)) << daemon_->log();
+  const auto stale = session_cgroup_dirs();
+  const std::string pids = dir_in(stale, "pids");
+  ASSERT_FALSE(pids.empty());
+  ASSERT_TRUE(
+      eventually([&] { return read_keyed(pids + "/pids.events", "max").value_or(0) > 0; }, 30s));
+
+  daemon_->kill_hard();
+  bomb->wait(20s);
+  ASSERT_FALSE(processes_of(workspace_user().uid).empty()) << "the bomb died with the daemon";
+
+  Daemon restarted(options);
+  EXPECT_TRUE(eventually([] { return processes_of(workspace_user().uid).empty(); }, 5s))
+      << processes_of(workspace_user().uid).size() << " stale processes left";
+  EXPECT_TRUE(eventually([] { return session_cgroup_dirs().empty(); }, 5s)) << restarted.log();
+  EXPECT_TRUE(lines_with(restarted.log(), "\"level\":\"error\"").empty()) << restarted.log();
+}
+
 TEST_F(LifecycleTest, SessionEndIsAccountedInTheLog) {
   start_daemon();
-  const RunResult r = sh(
-      "head -c 20000000 /dev/zero | cksum >/dev/null; i=0; "
-      "while [ $i -lt 20000 ]; do i=$((i+1)); done; echo done");
+  const RunResult r =
+      sh("head -c 20000000 /dev/zero | cksum >/dev/null; i=0; "
+         "while [ $i -lt 20000 ]; do i=$((i+1)); done; echo done");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "done\n");
   const auto ended = lines_with(daemon_->log(), "security_helper_daemon_session_ended");
