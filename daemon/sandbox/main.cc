@@ -66,6 +66,13 @@ std::vector<char*> to_argv(google::protobuf::RepeatedPtrField<std::string>* item
   return out;
 }
 
+// Hands a pre-exec failure to init; the role's exit code 127 stands in when
+// even that fails.
+[[noreturn]] void fail_role(int error_fd, const std::string& line) {
+  if (write(error_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(127);
+  _exit(127);
+}
+
 // The role process: credentials, process state, Landlock, seccomp, exec.
 // A failure is written to `error_fd` (close-on-exec, so a successful exec
 // leaves it empty) for init to report.
@@ -77,17 +84,13 @@ std::vector<char*> to_argv(google::protobuf::RepeatedPtrField<std::string>* item
     sb::apply_landlock(plan);
     sb::install_seccomp_filter();
   } catch (const sb::SetupError& e) {
-    const std::string line = std::to_string(e.code()) + " " + e.what();
-    (void)write(error_fd, line.data(), line.size());
-    _exit(127);
+    fail_role(error_fd, std::to_string(e.code()) + " " + e.what());
   }
   std::vector<char*> argv = to_argv(plan.mutable_argv());
   std::vector<char*> envp = to_argv(plan.mutable_env());
   execve(argv[0], argv.data(), envp.data());
-  const std::string line = std::to_string(v1::ERROR_LAUNCH_FAILED) + " cannot execute " +
-                           plan.argv(0) + ": " + std::strerror(errno);
-  (void)write(error_fd, line.data(), line.size());
-  _exit(127);
+  fail_role(error_fd, std::to_string(v1::ERROR_LAUNCH_FAILED) + " cannot execute " + plan.argv(0) +
+                          ": " + std::strerror(errno));
 }
 
 // Reads what the role process wrote to its error pipe before exec; empty
