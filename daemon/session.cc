@@ -32,6 +32,7 @@ namespace {
 // Frames up to this size are copied through user space in one read + send;
 // larger ones are spliced from the pipe into the socket.
 constexpr uint32_t kCopyFrameBytes = 16 * 1024;
+constexpr auto kSetupTimeout = std::chrono::seconds(30);
 
 int signal_number(v1::Signal signal) {
   switch (signal) {
@@ -168,30 +169,43 @@ void Session::handle_launch_request(const std::vector<uint8_t>& payload) {
   state_ = State::kStarting;
   watch_hangup();
   wait_for_control();
+  // A launcher stuck in setup (e.g. on a hung filesystem) must not hold the
+  // session and its client forever.
+  handshake_timer_.expires_after(kSetupTimeout);
+  handshake_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (!ec && self->state_ == State::kStarting) {
+      self->reject(v1::ERROR_LAUNCH_FAILED, "the sandbox setup did not finish in time");
+    }
+  });
 }
 
 void Session::reject(v1::ErrorCode code, const std::string& message) {
   if (state_ == State::kClosed) return;
-  const bool mid_session = launched_;
   log::warn("launch_rejected", {{"session", id_},
                                 {"uid", static_cast<int64_t>(peer_.uid)},
                                 {"code", v1::ErrorCode_Name(code)},
                                 {"message", message}});
-  v1::Rejected rejected;
-  rejected.set_code(code);
-  rejected.set_message(message);
-  auto frame = std::make_shared<std::vector<uint8_t>>(
-      wire::encode_message_frame(v1::FRAME_REJECTED, rejected));
-  if (mid_session) {
-    // Whatever output was queued is dropped: the client broke the protocol.
+  if (launched_) {
     end_reason_ = v1::END_PROTOCOL_ERROR;
     kill_sandbox();
   }
-  state_ = State::kClosed;
-  handshake_timer_.cancel();
-  socket_.non_blocking(false);
+  v1::Rejected rejected;
+  rejected.set_code(code);
+  rejected.set_message(message);
+  // Best effort and never blocking: a client that does not read must not
+  // stall the event loop. Mid-frame, a Rejected frame would corrupt the
+  // stream, so the connection is just closed.
+  if (out_splice_remaining_ == 0) {
+    queue_frame(v1::FRAME_REJECTED, rejected);
+    while (out_sent_ < out_pending_.size()) {
+      const ssize_t n = send(socket_.native_handle(), out_pending_.data() + out_sent_,
+                             out_pending_.size() - out_sent_, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      out_sent_ += static_cast<size_t>(n);
+    }
+  }
   boost::system::error_code ignored;
-  asio::write(socket_, asio::buffer(*frame), ignored);
   socket_.shutdown(Socket::shutdown_both, ignored);
   close();
 }
@@ -305,6 +319,7 @@ void Session::handle_sandbox_event(const sbv1::SandboxEvent& event) {
 
 void Session::begin_running() {
   state_ = State::kRunning;
+  handshake_timer_.cancel();
   v1::Accepted accepted;
   accepted.set_session_id(id_);
   queue_frame(v1::FRAME_ACCEPTED, accepted);
