@@ -483,6 +483,28 @@ TEST_F(LifecycleTest, RestartedDaemonRemovesAStaleForkBomb) {
   EXPECT_TRUE(lines_with(restarted.log(), "\"level\":\"error\"").empty()) << restarted.log();
 }
 
+TEST_F(LifecycleTest, DaemonSigtermDuringAForkBombEndsItWithAReason) {
+  DaemonOptions options;
+  options.workspace_argv_text = role_with_limits(kBombLimits);
+  start_daemon(options);
+  auto bomb = open_session();
+  ASSERT_TRUE(bomb->write_all(kBomb));
+  ASSERT_TRUE(bomb->read_until("bombing\n", 20s)) << daemon_->log();
+  const std::string pids = dir_in(session_cgroup_dirs(), "pids");
+  ASSERT_FALSE(pids.empty());
+  ASSERT_TRUE(
+      eventually([&] { return read_keyed(pids + "/pids.events", "max").value_or(0) > 0; }, 30s));
+
+  const int daemon_status = daemon_->stop();
+  EXPECT_TRUE(WIFEXITED(daemon_status) && WEXITSTATUS(daemon_status) == 0) << daemon_->log();
+  const int status = bomb->wait(20s);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGKILL);
+  EXPECT_NE(bomb->err().find("shutting down"), std::string::npos) << bomb->err();
+  EXPECT_TRUE(processes_of(workspace_user().uid).empty());
+  EXPECT_TRUE(session_cgroup_dirs().empty());
+}
+
 TEST_F(LifecycleTest, SessionEndIsAccountedInTheLog) {
   start_daemon();
   const RunResult r =
