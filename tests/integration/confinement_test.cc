@@ -286,6 +286,7 @@ TEST_F(ConfinementTest, OnlyTheSessionsProcessesAreVisible) {
         << r.out;
     const RunResult ps = sh("exec ps -e -o pid=,comm=", role);
     EXPECT_EQ(ps.exit_code, 0) << ps.err;
+    EXPECT_NE(ps.out.find(" ps\n"), std::string::npos) << ps.out;
     for (const std::string& line : lines_of(ps.out)) {
       const std::string comm = line.substr(line.find_last_of(' ') + 1);
       EXPECT_TRUE(comm == "ps" || comm == "pando-helper-sa") << ps.out;
