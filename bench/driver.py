@@ -352,13 +352,16 @@ def mode_netns(args):
 
 
 def mode_daemonlog(args):
-    """The daemon's own view of each session, from its JSON-lines log: where launch time goes."""
+    """The daemon's own view of each session, from its JSON-lines log: where launch time goes.
+
+    Sessions are taken in request order: the first --sequential workspace
+    sessions are the back-to-back launch loop, later ones the concurrent bursts."""
     from datetime import datetime
 
     def ts(value):
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
-    requested, setup, duration, ended_reasons = {}, {}, {}, {}
+    order, requested, setup, duration, cpu, reasons = [], {}, {}, {}, {}, {}
     with open(args.log) as f:
         for line in f:
             try:
@@ -368,21 +371,33 @@ def mode_daemonlog(args):
             event, session = e.get("event", ""), e.get("session")
             if event.endswith("_launch_requested"):
                 requested[session] = (e.get("role"), ts(e["ts"]))
+                order.append(session)
             elif event.endswith("_session_started") and session in requested:
-                role, t0 = requested[session]
-                setup.setdefault(role, []).append((ts(e["ts"]) - t0) * 1e3)
+                setup[session] = (ts(e["ts"]) - requested[session][1]) * 1e3
             elif event.endswith("_session_ended") and session in requested:
-                role = requested[session][0]
-                duration.setdefault(role, []).append(e.get("duration_ms", 0))
+                duration[session] = e.get("duration_ms", 0)
+                cpu[session] = e.get("cpu_usage_usec", 0) / 1e3
                 reason = e.get("reason", "?")
-                ended_reasons[reason] = ended_reasons.get(reason, 0) + 1
-    print("daemon's view (from its log): request received -> role started, and whole session:")
-    for role in sorted(setup):
-        d = duration.get(role, [])
-        print(f"  {role:9s} {len(setup[role])} sessions: setup median "
-              f"{statistics.median(setup[role]):.1f} ms, session median "
-              f"{statistics.median(d) if d else float('nan'):.0f} ms")
-    print("  end reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(ended_reasons.items())))
+                reasons[reason] = reasons.get(reason, 0) + 1
+    workspace = [s for s in order if requested[s][0] == "workspace"]
+    groups = [
+        ("launch loop (workspace, /bin/true)", workspace[:args.sequential]),
+        ("concurrent bursts (workspace)", workspace[args.sequential:]),
+        ("cat sessions (core)", [s for s in order if requested[s][0] == "core"]),
+    ]
+    print("daemon's view (its log): setup = request received -> role started; session = whole "
+          "session; cpu = the session cgroup's CPU time")
+
+    def med(table, sessions):
+        values = [table[s] for s in sessions if s in table]
+        return statistics.median(values) if values else float("nan")
+
+    for title, sessions in groups:
+        if not sessions:
+            continue
+        print(f"  {title}: {len(sessions)} sessions, setup median {med(setup, sessions):.1f} ms, "
+              f"session median {med(duration, sessions):.0f} ms, cpu median {med(cpu, sessions):.1f} ms")
+    print("  end reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())))
 
 
 def ms(ns):
@@ -493,6 +508,7 @@ def main():
     n.add_argument("--out", required=True)
     d = sub.add_parser("daemonlog")
     d.add_argument("--log", required=True)
+    d.add_argument("--sequential", type=int, default=0)
     r = sub.add_parser("report")
     r.add_argument("--caller", required=True)
     r.add_argument("--netns", required=True)

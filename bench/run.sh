@@ -29,9 +29,11 @@ caller=$prefix-caller
 cgroup_parent=$prefix
 
 if [[ $quick -eq 1 ]]; then
+  sequential=$((20 + 5))
   counts=(--launches 20 --mib 128 --throughput-runs 3 --pings 1000 --concurrent 20 --concurrent-runs 1)
   netns_launches=20
 else
+  sequential=$((200 + 5))
   counts=(--launches 200 --mib 1024 --throughput-runs 5 --pings 10000 --concurrent 100 --concurrent-runs 3)
   netns_launches=200
 fi
@@ -161,7 +163,7 @@ if [[ $caller_ok -eq 0 ]]; then
   cat "$tmp/daemon.stderr"
 fi
 [[ -s "$caller_json" ]] || exit 1
-python3 "$tmp/driver.py" daemonlog --log "$tmp/daemon.log" || true
+python3 "$tmp/driver.py" daemonlog --log "$tmp/daemon.log" --sequential "$sequential" || true
 
 echo "== network namespace cost (as root)"
 python3 "$tmp/driver.py" netns --launches "$netns_launches" --out "$tmp/netns.json"
