@@ -159,6 +159,9 @@ int Daemon::run() {
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
   open_launcher();
+  // The socket first: if another daemon answers on it, its sessions' cgroups
+  // are live, not stale, and must not be touched.
+  set_up_socket();
   cgroups_.emplace(CgroupManager::detect(config_.cgroups()));
   log::info("cgroups_detected", {{"mode", std::string(cgroups_->mode() == CgroupMode::kUnified ? "v2"
                                                       : cgroups_->mode() == CgroupMode::kLegacy ? "v1"
@@ -172,7 +175,6 @@ int Daemon::run() {
     log::error("cgroups_unavailable", {{"detail", cgroups_->detail()},
                                        {"effect", std::string_view("every launch will be refused")}});
   }
-  set_up_socket();
   signals_.async_wait([this](const boost::system::error_code& ec, int signo) {
     if (!ec) on_signal(signo);
   });

@@ -319,6 +319,7 @@ void Session::handle_sandbox_event(const sbv1::SandboxEvent& event) {
 
 void Session::begin_running() {
   state_ = State::kRunning;
+  accepted_ = true;
   handshake_timer_.cancel();
   v1::Accepted accepted;
   accepted.set_session_id(id_);
@@ -639,48 +640,67 @@ void Session::maybe_finish() {
   send_exit();
 }
 
-void Session::send_exit() {
+v1::Exit Session::build_exit(const SessionUsage& usage) const {
   v1::Exit exit;
-  SessionUsage usage{};
-  if (cgroup_) usage = cgroup_->usage();
-  v1::EndReason reason = end_reason_;
-  std::string message = end_message_;
-  if (reason == v1::END_CHILD_EXITED && usage.oom_killed) {
-    reason = v1::END_MEMORY_LIMIT;
-    message = fmt::format("{} session killed: memory limit {} MiB reached", role_,
-                          daemon_.role_config(role_).limits().memory_max_bytes() >> 20);
-  } else if (reason == v1::END_CHILD_EXITED && usage.pids_limit_hit) {
-    reason = v1::END_PIDS_LIMIT;
-    message = fmt::format("{} session hit its process limit ({} processes)", role_,
-                          daemon_.role_config(role_).limits().pids_max());
-  }
   if (role_exit_ && role_exit_->has_signal()) {
     exit.set_signal(role_exit_->signal());
   } else if (role_exit_) {
     exit.set_exit_code(role_exit_->exit_code());
   } else {
     exit.set_signal(SIGKILL);
-    if (reason == v1::END_CHILD_EXITED) {
+  }
+  // "Killed" only when the role itself died of SIGKILL (or took init with it):
+  // on cgroup v1 an OOM kill may hit another process of the session only.
+  const bool role_killed = !role_exit_ || (role_exit_->has_signal() && role_exit_->signal() == SIGKILL);
+  const auto& limits = daemon_.role_config(role_).limits();
+  v1::EndReason reason = end_reason_;
+  std::string message = end_message_;
+  if (reason == v1::END_CHILD_EXITED) {
+    if (usage.oom_killed && role_killed) {
+      reason = v1::END_MEMORY_LIMIT;
+      message = fmt::format("{} session killed: memory limit {} MiB reached", role_,
+                            limits.memory_max_bytes() >> 20);
+    } else if (usage.oom_killed) {
+      message = fmt::format("a process of the {} session was killed by the memory limit ({} MiB)",
+                            role_, limits.memory_max_bytes() >> 20);
+    } else if (usage.pids_limit_hit) {
+      reason = v1::END_PIDS_LIMIT;
+      message = fmt::format("{} session hit its process limit ({} processes)", role_,
+                            limits.pids_max());
+    } else if (!role_exit_) {
       reason = v1::END_INTERNAL_ERROR;
       message = "the session's init was killed";
     }
   }
   exit.set_reason(reason);
   exit.set_message(message);
+  return exit;
+}
+
+void Session::log_session_end(const v1::Exit& exit, const SessionUsage& usage,
+                              std::string_view reason) const {
   log::info("session_ended",
             {{"session", id_},
              {"uid", static_cast<int64_t>(peer_.uid)},
              {"role", role_},
-             {"reason", v1::EndReason_Name(reason)},
+             {"reason", reason},
              {"exit_code", static_cast<int64_t>(exit.has_exit_code() ? exit.exit_code() : -1)},
              {"signal", static_cast<int64_t>(exit.has_signal() ? exit.signal() : 0)},
              {"memory_peak_bytes", usage.memory_peak_bytes},
              {"cpu_usage_usec", usage.cpu_usage_usec},
              {"pids_peak", usage.pids_peak},
              {"oom_killed", usage.oom_killed},
-             {"duration_ms", static_cast<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                      std::chrono::steady_clock::now() - started_at_)
-                                                      .count())}});
+             {"duration_ms",
+              static_cast<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::steady_clock::now() - started_at_)
+                                       .count())}});
+}
+
+void Session::send_exit() {
+  SessionUsage usage{};
+  if (cgroup_) usage = cgroup_->usage();
+  const v1::Exit exit = build_exit(usage);
+  log_session_end(exit, usage, v1::EndReason_Name(exit.reason()));
   queue_frame(v1::FRAME_EXIT, exit);
   exit_queued_ = true;
   pump_output();
@@ -698,6 +718,16 @@ void Session::close() {
   }
   if (finished_) return;
   finished_ = true;
+  if (launched_ && !exit_queued_) {
+    // No Exit frame went out (client gone, protocol error, shutdown during
+    // setup): the session is still accounted.
+    SessionUsage usage{};
+    if (cgroup_) usage = cgroup_->usage();
+    log_session_end(build_exit(usage), usage,
+                    !accepted_     ? "setup_failed"
+                    : client_gone_ ? "client_gone"
+                                   : v1::EndReason_Name(end_reason_));
+  }
   control_.close(ignored);
   stdin_.close(ignored);
   stdout_.descriptor.close(ignored);

@@ -97,6 +97,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void client_gone(const char* why);
   void maybe_finish();
   void send_exit();
+  pando::helper::v1::Exit build_exit(const SessionUsage& usage) const;
+  void log_session_end(const pando::helper::v1::Exit& exit, const SessionUsage& usage,
+                       std::string_view reason) const;
   void close();
 
   Daemon& daemon_;
@@ -113,6 +116,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Launch results.
   bool launched_ = false;
+  bool accepted_ = false;
   bool reserved_ = false;
   std::string role_;
   std::string project_root_;

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -365,12 +367,60 @@ TEST_F(FoundationTest, SigtermWithLiveSessionsEndsThemWithAReason) {
   EXPECT_TRUE(processes_of(workspace_user().uid).empty());
 }
 
-TEST_F(FoundationTest, StaleSocketIsReplaced) {
-  const std::string socket = daemon_->socket_path();
+TEST_F(FoundationTest, StaleSocketIsReplacedButALiveDaemonIsNot) {
+  DaemonOptions same_socket;
+  same_socket.socket_path = daemon_->socket_path();
+  same_socket.expect_start = false;
+  {
+    Daemon second(same_socket);
+    const int status = second.wait_exit(20s);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << second.log();
+    EXPECT_NE(second.log().find("already answers"), std::string::npos) << second.log();
+  }
+  expect_still_serving();
+
   daemon_->kill_hard();
   struct stat st {};
-  ASSERT_EQ(lstat(socket.c_str(), &st), 0);
-  daemon_.reset();
+  ASSERT_EQ(lstat(same_socket.socket_path.c_str(), &st), 0) << "a SIGKILLed daemon leaves its socket";
+  same_socket.expect_start = true;
+  Daemon replacement(same_socket);
+  RunOptions options;
+  options.stdin_data = "echo replaced\n";
+  const RunResult r = run_as(caller(), {replacement.client(), "security", "launch", "--role",
+                                        "workspace", "--project-root", project_, "--stdio",
+                                        "--socket", same_socket.socket_path},
+                             options);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "replaced\n");
+}
+
+TEST_F(FoundationTest, ClientLogsJsonLinesWithoutPayloads) {
+  const std::string log_dir = daemon_->dir().make_dir("clientlog", caller());
+  RunOptions options;
+  options.stdin_data = "echo payload-$((6*7))\n";
+  options.env = {{"PANDO_GATEWAY_LOG_FILE", log_dir + "/client.jsonl"}, {"SECRET_ENV", "hunter2"}};
+  const RunResult r = launch(*daemon_, caller(), "workspace", project_, options);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(log_dir + "/client.jsonl");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string log = text.str();
+  EXPECT_NE(log.find("\"event\":\"security_helper_client_accepted\""), std::string::npos) << log;
+  EXPECT_NE(log.find("\"event\":\"security_helper_client_exit\""), std::string::npos) << log;
+  EXPECT_EQ(log.find("payload-42"), std::string::npos);
+  EXPECT_EQ(log.find("hunter2"), std::string::npos);
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_EQ(line.front(), '{');
+    EXPECT_EQ(line.back(), '}');
+  }
+
+  options.env["PANDO_DEBUG"] = "0";
+  options.env["PANDO_GATEWAY_LOG_FILE"] = log_dir + "/off.jsonl";
+  ASSERT_EQ(launch(*daemon_, caller(), "workspace", project_, options).exit_code, 0);
+  struct stat st {};
+  EXPECT_NE(stat((log_dir + "/off.jsonl").c_str(), &st), 0) << "PANDO_DEBUG=0 must not log";
+  EXPECT_EQ(daemon_->log().find("payload-42"), std::string::npos);
 }
 
 }  // namespace

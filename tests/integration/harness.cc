@@ -113,6 +113,11 @@ class UsersEnvironment : public ::testing::Environment {
                         create_user(user_name("ws", me), true)};
   }
   void TearDown() override {
+    // Daemons of this process share one cgroup parent; it goes once they all have.
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator("/sys/fs/cgroup", ec)) {
+      rmdir((entry.path().string() + "/" + cgroup_parent_name()).c_str());
+    }
     for (const char* role : kRoles) delete_user(user_name(role, getpid()));
     delete g_users;
     g_users = nullptr;
@@ -195,7 +200,7 @@ Daemon::Daemon(DaemonOptions options) {
   chmod(bin_dir_.c_str(), 0755);
   copy_file(PANDO_CLIENT_BIN, client(), 0755);
   copy_file(PANDO_PROBE_BIN, probe(), 0755);
-  socket_ = dir_.path() + "/run/helper.sock";
+  socket_ = options.socket_path.empty() ? dir_.path() + "/run/helper.sock" : options.socket_path;
   log_path_ = dir_.path() + "/daemon.log";
 
   auto role = [&](const std::string& name, const std::string& user, const std::string& argv_text) {
@@ -233,6 +238,7 @@ Daemon::Daemon(DaemonOptions options) {
           socket_.c_str(), "--foreground", nullptr);
     _exit(127);
   }
+  if (!options.expect_start) return;
   const bool up = eventually(
       [&] {
         UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -247,12 +253,6 @@ Daemon::Daemon(DaemonOptions options) {
 
 Daemon::~Daemon() {
   if (running()) stop();
-  const std::string parent = "pandotest-i" + std::to_string(getpid());
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/sys/fs/cgroup", ec)) {
-    rmdir((entry.path().string() + "/" + parent).c_str());
-  }
-  rmdir(("/sys/fs/cgroup/" + parent).c_str());
 }
 
 bool Daemon::running() const { return pid_ > 0; }
@@ -278,6 +278,14 @@ int Daemon::stop(std::chrono::milliseconds timeout) {
     }
     std::this_thread::sleep_for(10ms);
   }
+  pid_ = -1;
+  return status;
+}
+
+int Daemon::wait_exit(std::chrono::milliseconds timeout) {
+  int status = -1;
+  const bool exited = eventually([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, timeout);
+  if (!exited) return -1;
   pid_ = -1;
   return status;
 }
@@ -356,7 +364,11 @@ RunningClient::RunningClient(const TestUser& user, const std::vector<std::string
     throw std::runtime_error("pipe2 failed");
   }
   std::vector<std::string> args = argv;
-  std::vector<std::string> environment = {"PANDO_DEBUG=0"};
+  // Client logging stays off unless a test asks for it.
+  std::vector<std::string> environment;
+  if (env.count("PANDO_DEBUG") == 0 && env.count("PANDO_GATEWAY_LOG_FILE") == 0) {
+    environment.push_back("PANDO_DEBUG=0");
+  }
   for (const auto& [key, value] : env) environment.push_back(key + "=" + value);
   pid_ = fork();
   if (pid_ == 0) {
@@ -600,7 +612,8 @@ std::map<std::string, std::string> parse_probe_lines(const std::string& text) {
   for (std::string line; std::getline(in, line);) {
     const auto space = line.find_first_of(" \t");
     if (space == std::string::npos) continue;
-    out[line.substr(0, space)] = line.substr(line.find_first_not_of(" \t", space));
+    const auto value = line.find_first_not_of(" \t", space);
+    out[line.substr(0, space)] = value == std::string::npos ? "" : line.substr(value);
   }
   return out;
 }

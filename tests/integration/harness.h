@@ -63,6 +63,8 @@ struct DaemonOptions {
   unsigned handshake_timeout_ms = 2000;
   unsigned max_sessions = 200;
   unsigned max_sessions_per_uid = 200;
+  std::string socket_path;         // empty: <temp dir>/run/helper.sock
+  bool expect_start = true;        // false: the daemon is expected to exit at start
 };
 
 class Daemon {
@@ -86,6 +88,8 @@ class Daemon {
   // SIGKILL, reaped.
   void kill_hard();
   bool running() const;
+  // Waits for the daemon to exit by itself; returns its wait status.
+  int wait_exit(std::chrono::milliseconds timeout);
 
  private:
   TempDir dir_;

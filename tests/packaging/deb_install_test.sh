@@ -67,6 +67,11 @@ cleanup() {
 		dpkg --purge "$pkg" >"$tmp/purge.log" 2>&1 || { cat "$tmp/purge.log" >&2; failed=1; }
 	fi
 	if getent passwd "$test_user" >/dev/null; then userdel -r "$test_user" 2>/dev/null; fi
+	# The daemon keeps its cgroup parent; the test made it, the test removes it.
+	local parent
+	for parent in /sys/fs/cgroup/*/pandotest-pkg; do
+		[ -d "$parent" ] && { rmdir "$parent" || failed=1; }
+	done
 	local user
 	for user in "${roles[@]}"; do
 		if [ "${role_existed[$user]}" = 0 ]; then
