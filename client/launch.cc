@@ -115,7 +115,8 @@ bool Relay::read_stdin() {
   int available = 0;
   if (stdin_is_pipe_ && ioctl(STDIN_FILENO, FIONREAD, &available) == 0 &&
       static_cast<uint32_t>(available) > kCopyFrameBytes) {
-    const uint32_t length = std::min<uint32_t>(static_cast<uint32_t>(available), wire::kMaxDataPayload);
+    const uint32_t length =
+        std::min<uint32_t>(static_cast<uint32_t>(available), wire::kMaxDataPayload);
     const auto header = wire::encode_header(v1::FRAME_STDIN_DATA, length);
     pending_.insert(pending_.end(), header.begin(), header.end());
     splice_out_ = length;
@@ -180,8 +181,7 @@ bool Relay::handle_control_frame() {
       }
       exit_code_ = exit.has_signal() ? 128 + exit.signal() : exit.exit_code();
       if (!exit.message().empty()) std::cerr << "pando-helper: " << exit.message() << "\n";
-      log::info("exit", {{"exit_code", exit_code_},
-                         {"reason", v1::EndReason_Name(exit.reason())}});
+      log::info("exit", {{"exit_code", exit_code_}, {"reason", v1::EndReason_Name(exit.reason())}});
       return false;
     }
     case v1::FRAME_REJECTED: {
@@ -207,7 +207,8 @@ bool Relay::read_socket() {
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && would_block(errno)) return true;
       if (n <= 0) {
-        std::cerr << "pando-helper: the connection to pando-helperd broke before the session ended\n";
+        std::cerr
+            << "pando-helper: the connection to pando-helperd broke before the session ended\n";
         exit_code_ = kExitProtocol;
         return false;
       }
@@ -240,7 +241,8 @@ bool Relay::read_socket() {
       }
       if (n < 0 && errno == EINTR) continue;
       if (n == 0) {
-        std::cerr << "pando-helper: the connection to pando-helperd broke before the session ended\n";
+        std::cerr
+            << "pando-helper: the connection to pando-helperd broke before the session ended\n";
         exit_code_ = kExitProtocol;
         return false;
       }
@@ -298,7 +300,8 @@ int Relay::run() {
     nfds_t count = 0;
     fds[count++] = {signal_fd_, POLLIN, 0};
     const nfds_t sock_index = count;
-    fds[count++] = {sock_, static_cast<short>((blocked_on_stdout_ ? 0 : POLLIN) | (sending ? POLLOUT : 0)), 0};
+    fds[count++] = {
+        sock_, static_cast<short>((blocked_on_stdout_ ? 0 : POLLIN) | (sending ? POLLOUT : 0)), 0};
     nfds_t stdin_index = 0, stdout_index = 0;
     if (stdin_open_ && !sending) {
       stdin_index = count;
@@ -385,8 +388,8 @@ int run_launch(const std::string& role, const std::string& project_root,
     rejected.ParseFromArray(answer->payload.data(), static_cast<int>(answer->payload.size()));
     std::cerr << "pando-helper: launch rejected (" << v1::ErrorCode_Name(rejected.code())
               << "): " << rejected.message() << "\n";
-    log::warn("launch_rejected", {{"code", v1::ErrorCode_Name(rejected.code())},
-                                  {"message", rejected.message()}});
+    log::warn("launch_rejected",
+              {{"code", v1::ErrorCode_Name(rejected.code())}, {"message", rejected.message()}});
     return kExitRejected;
   }
   if (answer->type != v1::FRAME_ACCEPTED) {

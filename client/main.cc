@@ -1,5 +1,6 @@
 // pando-helper: the unprivileged client. See README.md.
 
+#include <google/protobuf/stubs/logging.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,7 +17,6 @@
 #include "client/setup_users.h"
 #include "client/status.h"
 #include "common/json_log.h"
-#include <google/protobuf/stubs/logging.h>
 
 namespace {
 
@@ -148,8 +148,9 @@ int main(int argc, char** argv) {
     if (!options) return usage_error(error);
     std::optional<std::string> socket;
     if (options->count("--socket") != 0) socket = options->at("--socket");
-    const std::string root =
-        options->count("--project-root") != 0 ? absolute_project_root(options->at("--project-root")) : "";
+    const std::string root = options->count("--project-root") != 0
+                                 ? absolute_project_root(options->at("--project-root"))
+                                 : "";
     return pando::client::run_status(pando::client::socket_path(socket), root);
   }
   if (command == "setup-users") {

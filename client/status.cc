@@ -42,7 +42,8 @@ int run_status(const std::string& socket, const std::string& project_root) {
   std::cout << "version: " << status.version() << "\n";
   std::cout << "live sessions: " << status.live_sessions() << "\n";
   for (const auto& layer : status.layers()) {
-    std::cout << "layer " << layer.name() << ": " << (layer.available() ? "available" : "unavailable")
+    std::cout << "layer " << layer.name() << ": "
+              << (layer.available() ? "available" : "unavailable")
               << (layer.detail().empty() ? "" : " (" + layer.detail() + ")") << "\n";
   }
   return 0;

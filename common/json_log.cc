@@ -1,9 +1,8 @@
 #include "common/json_log.h"
 
+#include <fmt/format.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
-
-#include <fmt/format.h>
 
 namespace pando::log {
 
@@ -45,16 +44,17 @@ std::string json_escape(std::string_view text) {
   return out;
 }
 
-void init(std::string_view event_prefix, const std::string& path,
-          spdlog::level::level_enum level) {
+void init(std::string_view event_prefix, const std::string& path, spdlog::level::level_enum level) {
   g_prefix = std::string(event_prefix);
   if (path.empty()) {
-    g_logger = std::make_shared<spdlog::logger>("pando", std::make_shared<spdlog::sinks::stderr_sink_st>());
+    g_logger = std::make_shared<spdlog::logger>("pando",
+                                                std::make_shared<spdlog::sinks::stderr_sink_st>());
   } else {
     g_logger = std::make_shared<spdlog::logger>(
         "pando", std::make_shared<spdlog::sinks::basic_file_sink_st>(path, false));
   }
-  g_logger->set_pattern(R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l",%v})", spdlog::pattern_time_type::utc);
+  g_logger->set_pattern(R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l",%v})",
+                        spdlog::pattern_time_type::utc);
   g_logger->set_level(level);
   g_logger->flush_on(spdlog::level::trace);
 }
@@ -72,7 +72,8 @@ void event(spdlog::level::level_enum level, std::string_view name,
           using T = std::decay_t<decltype(v)>;
           if constexpr (std::is_same_v<T, bool>) {
             line += v ? "true" : "false";
-          } else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, std::string_view>) {
+          } else if constexpr (std::is_same_v<T, std::string> ||
+                               std::is_same_v<T, std::string_view>) {
             line += '"' + json_escape(v) + '"';
           } else {
             line += fmt::format("{}", v);

@@ -4,6 +4,8 @@
 // Each line: {"ts":..., "level":..., "event":"<prefix>_<name>", <fields>}.
 // Never pass environment values or stdio payloads as fields.
 
+#include <spdlog/spdlog.h>
+
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -11,11 +13,10 @@
 #include <utility>
 #include <variant>
 
-#include <spdlog/spdlog.h>
-
 namespace pando::log {
 
-using FieldValue = std::variant<std::string_view, std::string, int64_t, uint64_t, int, unsigned, bool>;
+using FieldValue =
+    std::variant<std::string_view, std::string, int64_t, uint64_t, int, unsigned, bool>;
 using Field = std::pair<std::string_view, FieldValue>;
 
 // Sets the process-wide logger. `path` empty: stderr.

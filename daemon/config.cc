@@ -1,15 +1,14 @@
 #include "daemon/config.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
 
 #include "proto/request_validation.h"
 
@@ -25,7 +24,8 @@ class CollectErrors : public google::protobuf::io::ErrorCollector {
  public:
   explicit CollectErrors(std::string origin) : origin_(std::move(origin)) {}
   void AddError(int line, int column, const std::string& message) override {
-    if (first_.empty()) first_ = fmt::format("{}:{}:{}: {}", origin_, line + 1, column + 1, message);
+    if (first_.empty())
+      first_ = fmt::format("{}:{}:{}: {}", origin_, line + 1, column + 1, message);
   }
   void AddWarning(int, int, const std::string&) override {}
   const std::string& first() const { return first_; }
@@ -51,7 +51,8 @@ class Checker {
       if (field == nullptr || tree == nullptr) break;
       const bool last = i + 1 == field_path.size();
       if (last) {
-        const auto location = tree->GetLocation(field, field->is_repeated() ? std::max(index, 0) : -1);
+        const auto location =
+            tree->GetLocation(field, field->is_repeated() ? std::max(index, 0) : -1);
         line = location.line;
       } else {
         const auto location = tree->GetLocation(field, -1);
@@ -160,19 +161,20 @@ DaemonConfig parse_config(const std::string& text, const std::string& origin) {
   if (config.has_log_file() && !is_absolute_normalized(config.log_file())) {
     checker.fail({"log_file"}, -1, "must be an absolute, normalized path");
   }
-  if (!config.has_sandbox_helper_path()) config.set_sandbox_helper_path(PANDO_DEFAULT_SANDBOX_HELPER);
+  if (!config.has_sandbox_helper_path())
+    config.set_sandbox_helper_path(PANDO_DEFAULT_SANDBOX_HELPER);
   if (!is_absolute_normalized(config.sandbox_helper_path())) {
     checker.fail({"sandbox_helper_path"}, -1, "must be an absolute, normalized path");
   }
   if (!config.has_core()) checker.fail({"core"}, -1, "the core role must be configured");
-  if (!config.has_workspace()) checker.fail({"workspace"}, -1, "the workspace role must be configured");
+  if (!config.has_workspace())
+    checker.fail({"workspace"}, -1, "the workspace role must be configured");
   check_role(checker, "core", config.mutable_core());
   check_role(checker, "workspace", config.mutable_workspace());
   auto* cgroups = config.mutable_cgroups();
   if (!cgroups->has_parent()) cgroups->set_parent("pando-helper");
   const std::string& parent = cgroups->parent();
-  if (parent.empty() || parent.front() == '/' ||
-      !is_absolute_normalized("/" + parent)) {
+  if (parent.empty() || parent.front() == '/' || !is_absolute_normalized("/" + parent)) {
     checker.fail({"cgroups", "parent"}, -1, "must be a relative, normalized path");
   }
   return config;

@@ -1,6 +1,7 @@
 #include "daemon/daemon.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
@@ -13,8 +14,6 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "common/json_log.h"
 #include "daemon/project_root.h"
@@ -163,17 +162,19 @@ int Daemon::run() {
   // are live, not stale, and must not be touched.
   set_up_socket();
   cgroups_.emplace(CgroupManager::detect(config_.cgroups()));
-  log::info("cgroups_detected", {{"mode", std::string(cgroups_->mode() == CgroupMode::kUnified ? "v2"
-                                                      : cgroups_->mode() == CgroupMode::kLegacy ? "v1"
-                                                                                                : "none")},
-                                 {"detail", cgroups_->detail()}});
+  log::info("cgroups_detected",
+            {{"mode", std::string(cgroups_->mode() == CgroupMode::kUnified  ? "v2"
+                                  : cgroups_->mode() == CgroupMode::kLegacy ? "v1"
+                                                                            : "none")},
+             {"detail", cgroups_->detail()}});
   if (cgroups_->mode() != CgroupMode::kNone) {
     for (const auto& name : cgroups_->remove_stale_sessions()) {
       log::warn("stale_session_removed", {{"cgroup", name}});
     }
   } else if (!config_.cgroups().allow_unlimited()) {
-    log::error("cgroups_unavailable", {{"detail", cgroups_->detail()},
-                                       {"effect", std::string_view("every launch will be refused")}});
+    log::error("cgroups_unavailable",
+               {{"detail", cgroups_->detail()},
+                {"effect", std::string_view("every launch will be refused")}});
   }
   signals_.async_wait([this](const boost::system::error_code& ec, int signo) {
     if (!ec) on_signal(signo);
@@ -238,14 +239,14 @@ std::string Daemon::new_session_id() {
 
 std::optional<wire::RequestError> Daemon::reserve_session(uid_t uid) {
   if (live_sessions_ >= config_.max_sessions()) {
-    return wire::RequestError{v1::ERROR_TOO_MANY_SESSIONS,
-                              fmt::format("the daemon already runs {} sessions (its limit)",
-                                          live_sessions_)};
+    return wire::RequestError{
+        v1::ERROR_TOO_MANY_SESSIONS,
+        fmt::format("the daemon already runs {} sessions (its limit)", live_sessions_)};
   }
   if (sessions_per_uid_[uid] >= config_.max_sessions_per_uid()) {
-    return wire::RequestError{v1::ERROR_TOO_MANY_SESSIONS_FOR_USER,
-                              fmt::format("you already run {} sessions (the per-user limit)",
-                                          sessions_per_uid_[uid])};
+    return wire::RequestError{
+        v1::ERROR_TOO_MANY_SESSIONS_FOR_USER,
+        fmt::format("you already run {} sessions (the per-user limit)", sessions_per_uid_[uid])};
   }
   ++live_sessions_;
   ++sessions_per_uid_[uid];
@@ -281,7 +282,8 @@ void Daemon::retry_deferred_cgroups() {
     try {
       return cgroup->remove();
     } catch (const std::exception& e) {
-      log::error("cgroup_remove_failed", {{"cgroup", cgroup->describe()}, {"error", std::string(e.what())}});
+      log::error("cgroup_remove_failed",
+                 {{"cgroup", cgroup->describe()}, {"error", std::string(e.what())}});
       return true;
     }
   });

@@ -96,8 +96,8 @@ StartedSandbox start_sandbox(int launcher_fd, const ResolvedProject& project) {
 
   int pidfd = -1;
   struct clone_args args {};
-  args.flags = CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
-               CLONE_NEWUTS;
+  args.flags =
+      CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
 

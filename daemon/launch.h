@@ -10,8 +10,8 @@ namespace pando::daemon {
 // The parent-side ends of a freshly started pando-helper-sandbox.
 struct StartedSandbox {
   pid_t pid = -1;
-  UniqueFd pidfd;       // CLONE_PIDFD: signals and exit without pid reuse races
-  UniqueFd control;     // SOCK_SEQPACKET: plan out, SandboxEvents in
+  UniqueFd pidfd;    // CLONE_PIDFD: signals and exit without pid reuse races
+  UniqueFd control;  // SOCK_SEQPACKET: plan out, SandboxEvents in
   UniqueFd stdin_write;
   UniqueFd stdout_read;
   UniqueFd stderr_read;

@@ -1,5 +1,6 @@
 // pando-helperd: the privileged daemon. See README.md and SECURITY.md.
 
+#include <google/protobuf/stubs/logging.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -8,7 +9,6 @@
 #include <string>
 
 #include "common/json_log.h"
-#include <google/protobuf/stubs/logging.h>
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 

@@ -4,7 +4,6 @@
 #include <pwd.h>
 
 #include <optional>
-
 #include <vector>
 
 #include "proto/request_validation.h"
@@ -74,9 +73,10 @@ std::variant<sbv1::SandboxPlan, wire::RequestError> build_plan(
     const PeerIdentity& peer, const ResolvedProject& project, const DaemonConfig& config) {
   const auto account = user_by_name(role_config.user());
   if (!account) {
-    return wire::RequestError{v1::ERROR_ROLE_NOT_CONFIGURED,
-                              "role user " + role_config.user() +
-                                  " does not exist; run `pando-helper security setup-users` as root"};
+    return wire::RequestError{
+        v1::ERROR_ROLE_NOT_CONFIGURED,
+        "role user " + role_config.user() +
+            " does not exist; run `pando-helper security setup-users` as root"};
   }
   if (account->uid == 0 || account->gid == 0) {
     return wire::RequestError{v1::ERROR_ROLE_NOT_CONFIGURED,

@@ -18,12 +18,12 @@ using wire::RequestError;
 namespace {
 
 // Trees no project may be, or be inside of.
-constexpr const char* kSystemTrees[] = {"/etc",  "/usr", "/proc", "/sys",  "/dev",   "/run",
-                                        "/boot", "/root", "/bin", "/sbin", "/lib",   "/lib32",
-                                        "/lib64", "/libx32", "/var/lib", "/var/log", "/var/run",
-                                        "/snap", "/nix", "/lost+found"};
+constexpr const char* kSystemTrees[] = {"/etc",     "/usr",     "/proc",  "/sys",    "/dev",
+                                        "/run",     "/boot",    "/root",  "/bin",    "/sbin",
+                                        "/lib",     "/lib32",   "/lib64", "/libx32", "/var/lib",
+                                        "/var/log", "/var/run", "/snap",  "/nix",    "/lost+found"};
 // Directories that may hold projects but are never one themselves.
-constexpr const char* kContainers[] = {"/",    "/home", "/var", "/tmp",  "/srv",
+constexpr const char* kContainers[] = {"/",    "/home", "/var",   "/tmp",   "/srv",
                                        "/opt", "/mnt",  "/media", "/Users", "/var/tmp"};
 
 bool is_same_or_under(const std::string& path, const std::string& tree) {
@@ -113,7 +113,8 @@ std::variant<ResolvedProject, RequestError> resolve_project(const PeerIdentity& 
                                                             const std::string& path,
                                                             const std::string& role) {
   const std::string caller_home = home_of(peer.uid);
-  if (RequestError error = check_location_allowed(path, caller_home); error.code != v1::ERROR_UNSPECIFIED) {
+  if (RequestError error = check_location_allowed(path, caller_home);
+      error.code != v1::ERROR_UNSPECIFIED) {
     return error;
   }
   ResolvedProject project;
@@ -125,16 +126,17 @@ std::variant<ResolvedProject, RequestError> resolve_project(const PeerIdentity& 
   struct stat st {};
   if (fstat(project.root.get(), &st) != 0) return from_errno(errno, "project root " + path);
   if (!S_ISDIR(st.st_mode)) {
-    return RequestError{v1::ERROR_PATH_NOT_DIRECTORY, "project root " + path + " is not a directory"};
+    return RequestError{v1::ERROR_PATH_NOT_DIRECTORY,
+                        "project root " + path + " is not a directory"};
   }
   if (st.st_uid != peer.uid) {
-    return RequestError{v1::ERROR_PATH_NOT_OWNED,
-                        "project root " + path + " is not owned by you (uid " +
-                            std::to_string(peer.uid) + ")"};
+    return RequestError{
+        v1::ERROR_PATH_NOT_OWNED,
+        "project root " + path + " is not owned by you (uid " + std::to_string(peer.uid) + ")"};
   }
 
-  auto top = make_owned_dir(project.root.get(), ".pando-sandbox", peer.uid,
-                            path + "/.pando-sandbox");
+  auto top =
+      make_owned_dir(project.root.get(), ".pando-sandbox", peer.uid, path + "/.pando-sandbox");
   if (auto* error = std::get_if<RequestError>(&top)) return *error;
   auto role_dir = make_owned_dir(std::get<UniqueFd>(top).get(), role, peer.uid,
                                  path + "/.pando-sandbox/" + role);

@@ -12,11 +12,11 @@ namespace pando::daemon {
 // The caller's project, resolved once. Everything after this works from the
 // fds, never from the path string again.
 struct ResolvedProject {
-  std::string path;           // the validated string, where it appears inside the sandbox
-  UniqueFd root;              // O_PATH directory fd
-  UniqueFd sandbox_dir;       // <project>/.pando-sandbox/<role>, O_PATH
-  UniqueFd auth_home;         // the caller's ~/.pando-ai, O_PATH; invalid when absent
-  std::string auth_home_note; // why an existing auth home was not used, for the log
+  std::string path;            // the validated string, where it appears inside the sandbox
+  UniqueFd root;               // O_PATH directory fd
+  UniqueFd sandbox_dir;        // <project>/.pando-sandbox/<role>, O_PATH
+  UniqueFd auth_home;          // the caller's ~/.pando-ai, O_PATH; invalid when absent
+  std::string auth_home_note;  // why an existing auth home was not used, for the log
 };
 
 // Subdirectories of <project>/.pando-sandbox/<role>/ the daemon creates.

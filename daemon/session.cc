@@ -1,6 +1,7 @@
 #include "daemon/session.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -12,8 +13,6 @@
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "common/json_log.h"
 #include "daemon/daemon.h"
@@ -72,7 +71,8 @@ Session::~Session() {
 
 void Session::start() {
   socket_.non_blocking(true);
-  handshake_timer_.expires_after(std::chrono::milliseconds(daemon_.config().handshake_timeout_ms()));
+  handshake_timer_.expires_after(
+      std::chrono::milliseconds(daemon_.config().handshake_timeout_ms()));
   handshake_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
     if (ec || self->state_ == State::kClosed) return;
     if (self->state_ == State::kPreface || self->state_ == State::kRequest) {
@@ -111,9 +111,9 @@ void Session::read_request_header() {
         if (ec) return self->close();
         const wire::FrameHeader header = wire::decode_header(self->header_);
         if (header.type != v1::FRAME_LAUNCH_REQUEST && header.type != v1::FRAME_STATUS_REQUEST) {
-          return self->reject(v1::ERROR_UNEXPECTED_FRAME,
-                              fmt::format("expected a launch request, got frame type {}",
-                                          header.type));
+          return self->reject(
+              v1::ERROR_UNEXPECTED_FRAME,
+              fmt::format("expected a launch request, got frame type {}", header.type));
         }
         if (header.length > wire::max_payload(header.type)) {
           return self->reject(v1::ERROR_FRAME_TOO_LARGE,
@@ -146,9 +146,10 @@ void Session::handle_status_request(const std::vector<uint8_t>& payload) {
   const v1::Status status = daemon_.status(peer_, request.project_root());
   const auto frame = wire::encode_message_frame(v1::FRAME_STATUS, status);
   state_ = State::kClosed;
-  asio::async_write(socket_, asio::buffer(frame),
-                    [self = shared_from_this(), keep = std::make_shared<std::vector<uint8_t>>(frame)](
-                        const boost::system::error_code&, size_t) { self->close(); });
+  asio::async_write(
+      socket_, asio::buffer(frame),
+      [self = shared_from_this(), keep = std::make_shared<std::vector<uint8_t>>(frame)](
+          const boost::system::error_code&, size_t) { self->close(); });
 }
 
 void Session::handle_launch_request(const std::vector<uint8_t>& payload) {
@@ -221,8 +222,8 @@ std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& requ
   if (auto error = daemon_.reserve_session(peer_.uid)) return error;
   reserved_ = true;
 
-  const RoleConfig& role_config = request.role == v1::ROLE_CORE ? daemon_.config().core()
-                                                                : daemon_.config().workspace();
+  const RoleConfig& role_config =
+      request.role == v1::ROLE_CORE ? daemon_.config().core() : daemon_.config().workspace();
   auto resolved = resolve_project(peer_, request.project_root, role_);
   if (auto* error = std::get_if<wire::RequestError>(&resolved)) return *error;
   auto& project = std::get<ResolvedProject>(resolved);
@@ -263,8 +264,9 @@ std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& requ
       static_cast<ssize_t>(bytes.size())) {
     const int err = errno;
     kill_sandbox();
-    return wire::RequestError{v1::ERROR_LAUNCH_FAILED,
-                              std::string("cannot hand the plan to the launcher: ") + strerror(err)};
+    return wire::RequestError{
+        v1::ERROR_LAUNCH_FAILED,
+        std::string("cannot hand the plan to the launcher: ") + strerror(err)};
   }
   control_.assign(sandbox_.control.release());
   stdin_.assign(sandbox_.stdin_write.release());
@@ -339,15 +341,16 @@ void Session::watch_hangup() {
   hangup_watch_ = true;
   // EPOLLHUP: the client closed its end entirely, even while unread stdin
   // data is still queued in front of the EOF.
-  socket_.async_wait(Socket::wait_error, [self = shared_from_this()](const boost::system::error_code& ec) {
-    self->hangup_watch_ = false;
-    if (ec || self->state_ == State::kClosed) return;
-    pollfd pfd{self->socket_.native_handle(), POLLIN, 0};
-    if (poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLHUP | POLLERR))) {
-      return self->client_gone("client hung up");
-    }
-    self->watch_hangup();
-  });
+  socket_.async_wait(Socket::wait_error,
+                     [self = shared_from_this()](const boost::system::error_code& ec) {
+                       self->hangup_watch_ = false;
+                       if (ec || self->state_ == State::kClosed) return;
+                       pollfd pfd{self->socket_.native_handle(), POLLIN, 0};
+                       if (poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLHUP | POLLERR))) {
+                         return self->client_gone("client hung up");
+                       }
+                       self->watch_hangup();
+                     });
 }
 
 bool Session::handle_input_header() {
@@ -411,8 +414,8 @@ void Session::pump_input() {
     }
     if (in_type_ == v1::FRAME_SIGNAL) {
       std::array<uint8_t, 64> chunk{};
-      const ssize_t n = recv(sock, chunk.data(), std::min<size_t>(chunk.size(), in_remaining_),
-                             MSG_DONTWAIT);
+      const ssize_t n =
+          recv(sock, chunk.data(), std::min<size_t>(chunk.size(), in_remaining_), MSG_DONTWAIT);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && would_block(errno)) break;
       if (n <= 0) return client_gone("client closed the connection");
@@ -424,7 +427,8 @@ void Session::pump_input() {
                             ? signal_number(request.signal())
                             : 0;
       if (signo == 0) return reject(v1::ERROR_MALFORMED_REQUEST, "unknown signal in signal frame");
-      if (pidfd_.is_open()) syscall(SYS_pidfd_send_signal, pidfd_.native_handle(), signo, nullptr, 0);
+      if (pidfd_.is_open())
+        syscall(SYS_pidfd_send_signal, pidfd_.native_handle(), signo, nullptr, 0);
       continue;
     }
     // Stdin data: straight from the socket into the child's stdin pipe.
@@ -462,8 +466,8 @@ void Session::pump_input() {
       continue;
     }
     std::array<uint8_t, 16384> discard{};
-    const ssize_t n = recv(sock, discard.data(), std::min<size_t>(discard.size(), in_remaining_),
-                           MSG_DONTWAIT);
+    const ssize_t n =
+        recv(sock, discard.data(), std::min<size_t>(discard.size(), in_remaining_), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && would_block(errno)) break;
     if (n <= 0) return client_gone("client closed the connection");
@@ -471,10 +475,11 @@ void Session::pump_input() {
   }
   if (state_ != State::kRunning || client_gone_ || in_waiting_) return;
   in_waiting_ = true;
-  socket_.async_wait(Socket::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
-    self->in_waiting_ = false;
-    if (!ec) self->pump_input();
-  });
+  socket_.async_wait(Socket::wait_read,
+                     [self = shared_from_this()](const boost::system::error_code& ec) {
+                       self->in_waiting_ = false;
+                       if (!ec) self->pump_input();
+                     });
 }
 
 // --- child stdout/stderr -> client -----------------------------------------
@@ -487,27 +492,27 @@ void Session::queue_frame(v1::FrameType type, const google::protobuf::MessageLit
 void Session::wait_socket_writable() {
   if (out_waiting_) return;
   out_waiting_ = true;
-  socket_.async_wait(Socket::wait_write, [self = shared_from_this()](const boost::system::error_code& ec) {
-    self->out_waiting_ = false;
-    if (!ec) self->pump_output();
-  });
+  socket_.async_wait(Socket::wait_write,
+                     [self = shared_from_this()](const boost::system::error_code& ec) {
+                       self->out_waiting_ = false;
+                       if (!ec) self->pump_output();
+                     });
 }
 
 void Session::wait_output_pipe(OutputPipe& pipe) {
   if (pipe.waiting || pipe.eof) return;
   pipe.waiting = true;
-  pipe.descriptor.async_wait(Descriptor::wait_read,
-                             [self = shared_from_this(), &pipe](const boost::system::error_code& ec) {
-                               pipe.waiting = false;
-                               if (ec) return;
-                               int available = 0;
-                               if (ioctl(pipe.descriptor.native_handle(), FIONREAD, &available) == 0 &&
-                                   available == 0) {
-                                 // Readable with nothing in it: every writer is gone.
-                                 pipe.eof = true;
-                               }
-                               self->pump_output();
-                             });
+  pipe.descriptor.async_wait(Descriptor::wait_read, [self = shared_from_this(),
+                                                     &pipe](const boost::system::error_code& ec) {
+    pipe.waiting = false;
+    if (ec) return;
+    int available = 0;
+    if (ioctl(pipe.descriptor.native_handle(), FIONREAD, &available) == 0 && available == 0) {
+      // Readable with nothing in it: every writer is gone.
+      pipe.eof = true;
+    }
+    self->pump_output();
+  });
 }
 
 bool Session::start_output_frame(OutputPipe& pipe) {
@@ -515,7 +520,8 @@ bool Session::start_output_frame(OutputPipe& pipe) {
   const int fd = pipe.descriptor.native_handle();
   int available = 0;
   if (ioctl(fd, FIONREAD, &available) != 0 || available <= 0) return false;
-  const uint32_t length = std::min<uint32_t>(static_cast<uint32_t>(available), wire::kMaxDataPayload);
+  const uint32_t length =
+      std::min<uint32_t>(static_cast<uint32_t>(available), wire::kMaxDataPayload);
   if (length <= kCopyFrameBytes) {
     const size_t start = out_pending_.size();
     out_pending_.resize(start + wire::kHeaderSize + length);
@@ -526,7 +532,8 @@ bool Session::start_output_frame(OutputPipe& pipe) {
     }
     out_pending_.resize(start + wire::kHeaderSize + static_cast<size_t>(n));
     const auto header = wire::encode_header(pipe.frame_type, static_cast<uint32_t>(n));
-    std::copy(header.begin(), header.end(), out_pending_.begin() + static_cast<std::ptrdiff_t>(start));
+    std::copy(header.begin(), header.end(),
+              out_pending_.begin() + static_cast<std::ptrdiff_t>(start));
     return true;
   }
   const auto header = wire::encode_header(pipe.frame_type, length);
@@ -651,7 +658,8 @@ v1::Exit Session::build_exit(const SessionUsage& usage) const {
   }
   // "Killed" only when the role itself died of SIGKILL (or took init with it):
   // on cgroup v1 an OOM kill may hit another process of the session only.
-  const bool role_killed = !role_exit_ || (role_exit_->has_signal() && role_exit_->signal() == SIGKILL);
+  const bool role_killed =
+      !role_exit_ || (role_exit_->has_signal() && role_exit_->signal() == SIGKILL);
   const auto& limits = daemon_.role_config(role_).limits();
   v1::EndReason reason = end_reason_;
   std::string message = end_message_;
@@ -665,8 +673,8 @@ v1::Exit Session::build_exit(const SessionUsage& usage) const {
                             role_, limits.memory_max_bytes() >> 20);
     } else if (usage.pids_limit_hit) {
       reason = v1::END_PIDS_LIMIT;
-      message = fmt::format("{} session hit its process limit ({} processes)", role_,
-                            limits.pids_max());
+      message =
+          fmt::format("{} session hit its process limit ({} processes)", role_, limits.pids_max());
     } else if (!role_exit_) {
       reason = v1::END_INTERNAL_ERROR;
       message = "the session's init was killed";
@@ -679,21 +687,21 @@ v1::Exit Session::build_exit(const SessionUsage& usage) const {
 
 void Session::log_session_end(const v1::Exit& exit, const SessionUsage& usage,
                               std::string_view reason) const {
-  log::info("session_ended",
-            {{"session", id_},
-             {"uid", static_cast<int64_t>(peer_.uid)},
-             {"role", role_},
-             {"reason", reason},
-             {"exit_code", static_cast<int64_t>(exit.has_exit_code() ? exit.exit_code() : -1)},
-             {"signal", static_cast<int64_t>(exit.has_signal() ? exit.signal() : 0)},
-             {"memory_peak_bytes", usage.memory_peak_bytes},
-             {"cpu_usage_usec", usage.cpu_usage_usec},
-             {"pids_peak", usage.pids_peak},
-             {"oom_killed", usage.oom_killed},
-             {"duration_ms",
-              static_cast<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                       std::chrono::steady_clock::now() - started_at_)
-                                       .count())}});
+  log::info(
+      "session_ended",
+      {{"session", id_},
+       {"uid", static_cast<int64_t>(peer_.uid)},
+       {"role", role_},
+       {"reason", reason},
+       {"exit_code", static_cast<int64_t>(exit.has_exit_code() ? exit.exit_code() : -1)},
+       {"signal", static_cast<int64_t>(exit.has_signal() ? exit.signal() : 0)},
+       {"memory_peak_bytes", usage.memory_peak_bytes},
+       {"cpu_usage_usec", usage.cpu_usage_usec},
+       {"pids_peak", usage.pids_peak},
+       {"oom_killed", usage.oom_killed},
+       {"duration_ms", static_cast<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                std::chrono::steady_clock::now() - started_at_)
+                                                .count())}});
 }
 
 void Session::send_exit() {

@@ -72,10 +72,11 @@ std::vector<uint8_t> encode_frame(FrameType type, std::span<const uint8_t> paylo
   return out;
 }
 
-std::vector<uint8_t> encode_message_frame(FrameType type, const google::protobuf::MessageLite& msg) {
+std::vector<uint8_t> encode_message_frame(FrameType type,
+                                          const google::protobuf::MessageLite& msg) {
   const std::string payload = msg.SerializeAsString();
-  return encode_frame(type, std::span(reinterpret_cast<const uint8_t*>(payload.data()),
-                                      payload.size()));
+  return encode_frame(type,
+                      std::span(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()));
 }
 
 bool FrameDecoder::feed(std::span<const uint8_t> bytes) {

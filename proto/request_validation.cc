@@ -46,8 +46,7 @@ RequestError check_project_root_string(std::string_view path) {
   return {v1::ERROR_UNSPECIFIED, ""};
 }
 
-std::variant<ValidRequest, RequestError> validate_launch_request(
-    std::span<const uint8_t> payload) {
+std::variant<ValidRequest, RequestError> validate_launch_request(std::span<const uint8_t> payload) {
   if (payload.size() > kMaxControlPayload) {
     return RequestError{v1::ERROR_FRAME_TOO_LARGE, "launch request is too large"};
   }

@@ -29,8 +29,7 @@ struct ValidRequest {
 // kMaxPathBytes. Returns code ERROR_UNSPECIFIED when the string is acceptable.
 RequestError check_project_root_string(std::string_view path);
 
-std::variant<ValidRequest, RequestError> validate_launch_request(
-    std::span<const uint8_t> payload);
+std::variant<ValidRequest, RequestError> validate_launch_request(std::span<const uint8_t> payload);
 
 const char* role_name(pando::helper::v1::Role role);
 

@@ -2,6 +2,7 @@
 // unprivileged caller.
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,8 +11,6 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "tests/integration/harness.h"
 
@@ -39,7 +38,8 @@ class FoundationTest : public ::testing::Test {
     v1::Rejected rejected;
     if (!frame) return rejected;
     EXPECT_EQ(frame->type, v1::FRAME_REJECTED);
-    EXPECT_TRUE(rejected.ParseFromArray(frame->payload.data(), static_cast<int>(frame->payload.size())));
+    EXPECT_TRUE(
+        rejected.ParseFromArray(frame->payload.data(), static_cast<int>(frame->payload.size())));
     EXPECT_FALSE(rejected.message().empty());
     EXPECT_EQ(rejected.message().find('\n'), std::string::npos);
     EXPECT_TRUE(client.closed_by_peer(5s));
@@ -122,9 +122,9 @@ TEST_F(FoundationTest, NoOutputLostWhenChildExitsRightAfterWriting) {
 }
 
 TEST_F(FoundationTest, SigintToClientIsForwarded) {
-  RunningClient client(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
-                                  "--project-root", project_, "--stdio", "--socket",
-                                  daemon_->socket_path()});
+  RunningClient client(
+      caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
+                 project_, "--stdio", "--socket", daemon_->socket_path()});
   ASSERT_TRUE(client.write_all(
       "trap 'echo got-int; exit 7' INT; echo ready; while :; do sleep 0.05; done\n"));
   ASSERT_TRUE(client.read_until("ready", 20s));
@@ -136,10 +136,11 @@ TEST_F(FoundationTest, SigintToClientIsForwarded) {
 }
 
 TEST_F(FoundationTest, ClientSigkillTakesTheWholeTreeWithinASecond) {
-  RunningClient client(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
-                                  "--project-root", project_, "--stdio", "--socket",
-                                  daemon_->socket_path()});
-  ASSERT_TRUE(client.write_all("sleep 1000 & sleep 1000 & (sleep 1000 &) ; echo ready; exec sleep 1000\n"));
+  RunningClient client(
+      caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
+                 project_, "--stdio", "--socket", daemon_->socket_path()});
+  ASSERT_TRUE(
+      client.write_all("sleep 1000 & sleep 1000 & (sleep 1000 &) ; echo ready; exec sleep 1000\n"));
   ASSERT_TRUE(client.read_until("ready", 20s));
   ASSERT_GE(processes_of(workspace_user().uid).size(), 3u);
   kill(client.pid(), SIGKILL);
@@ -149,9 +150,9 @@ TEST_F(FoundationTest, ClientSigkillTakesTheWholeTreeWithinASecond) {
 }
 
 TEST_F(FoundationTest, ClientSigkillWhileChildIgnoresStdin) {
-  RunningClient client(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
-                                  "--project-root", project_, "--stdio", "--socket",
-                                  daemon_->socket_path()});
+  RunningClient client(
+      caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
+                 project_, "--stdio", "--socket", daemon_->socket_path()});
   ASSERT_TRUE(client.write_all("echo ready; exec sleep 1000\n"));
   ASSERT_TRUE(client.read_until("ready", 20s));
   // Fill every buffer between client and child: the child never reads it.
@@ -194,9 +195,9 @@ TEST_F(FoundationTest, RejectionsReachRawClientsWithTheirCodes) {
   const std::string file = daemon_->dir().write_file("afile", "x", caller());
 
   // Keep one session alive through all rejections: the daemon must keep serving it.
-  RunningClient live(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
-                                "--project-root", project_, "--stdio", "--socket",
-                                daemon_->socket_path()});
+  RunningClient live(
+      caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
+                 project_, "--stdio", "--socket", daemon_->socket_path()});
   ASSERT_TRUE(live.write_all("exec cat\n"));
 
   EXPECT_EQ(reject_code_for_root(""), v1::ERROR_PATH_EMPTY);
@@ -221,7 +222,8 @@ TEST_F(FoundationTest, RejectionsReachRawClientsWithTheirCodes) {
   {  // root is never a caller
     RawClient client(daemon_->socket_path(), TestUser{"root", 0, 0});
     client.send_preface();
-    client.send_frame(v1::FRAME_LAUNCH_REQUEST, client.launch_request(v1::ROLE_WORKSPACE, project_));
+    client.send_frame(v1::FRAME_LAUNCH_REQUEST,
+                      client.launch_request(v1::ROLE_WORKSPACE, project_));
     EXPECT_EQ(expect_rejected(client).code(), v1::ERROR_CALLER_IS_ROOT);
   }
   {  // garbage instead of a preface
@@ -316,9 +318,9 @@ TEST_F(FoundationTest, ClientRejectionIsOneClearLineAndExit77) {
 }
 
 TEST_F(FoundationTest, ClientWithoutDaemonSaysHowToStartIt) {
-  const RunResult r = run_as(caller(), {daemon_->client(), "security", "launch", "--role",
-                                        "workspace", "--project-root", project_, "--stdio",
-                                        "--socket", daemon_->dir().path() + "/nothing.sock"});
+  const RunResult r = run_as(
+      caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
+                 project_, "--stdio", "--socket", daemon_->dir().path() + "/nothing.sock"});
   EXPECT_EQ(r.exit_code, 69);
   EXPECT_NE(r.err.find("pando-helperd"), std::string::npos);
   EXPECT_TRUE(r.out.empty());
@@ -339,9 +341,9 @@ TEST_F(FoundationTest, PerUserSessionLimit) {
   options.max_sessions_per_uid = 1;
   daemon_ = std::make_unique<Daemon>(options);
   project_ = daemon_->dir().make_dir("proj", caller());
-  RunningClient first(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
-                                 "--project-root", project_, "--stdio", "--socket",
-                                 daemon_->socket_path()});
+  RunningClient first(
+      caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
+                 project_, "--stdio", "--socket", daemon_->socket_path()});
   ASSERT_TRUE(first.write_all("echo ready; exec cat\n"));
   ASSERT_TRUE(first.read_until("ready", 20s));
   EXPECT_EQ(reject_code_for_root(project_), v1::ERROR_TOO_MANY_SESSIONS_FOR_USER);
@@ -351,9 +353,9 @@ TEST_F(FoundationTest, PerUserSessionLimit) {
 }
 
 TEST_F(FoundationTest, SigtermWithLiveSessionsEndsThemWithAReason) {
-  RunningClient client(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
-                                  "--project-root", project_, "--stdio", "--socket",
-                                  daemon_->socket_path()});
+  RunningClient client(
+      caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
+                 project_, "--stdio", "--socket", daemon_->socket_path()});
   ASSERT_TRUE(client.write_all("echo ready; exec sleep 1000\n"));
   ASSERT_TRUE(client.read_until("ready", 20s));
   const int daemon_status = daemon_->stop();
@@ -381,15 +383,17 @@ TEST_F(FoundationTest, StaleSocketIsReplacedButALiveDaemonIsNot) {
 
   daemon_->kill_hard();
   struct stat st {};
-  ASSERT_EQ(lstat(same_socket.socket_path.c_str(), &st), 0) << "a SIGKILLed daemon leaves its socket";
+  ASSERT_EQ(lstat(same_socket.socket_path.c_str(), &st), 0)
+      << "a SIGKILLed daemon leaves its socket";
   same_socket.expect_start = true;
   Daemon replacement(same_socket);
   RunOptions options;
   options.stdin_data = "echo replaced\n";
-  const RunResult r = run_as(caller(), {replacement.client(), "security", "launch", "--role",
-                                        "workspace", "--project-root", project_, "--stdio",
-                                        "--socket", same_socket.socket_path},
-                             options);
+  const RunResult r =
+      run_as(caller(),
+             {replacement.client(), "security", "launch", "--role", "workspace", "--project-root",
+              project_, "--stdio", "--socket", same_socket.socket_path},
+             options);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "replaced\n");
 }

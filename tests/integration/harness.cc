@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -22,8 +23,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 namespace pando::itest {
 
@@ -107,10 +106,9 @@ class UsersEnvironment : public ::testing::Environment {
     if (geteuid() != 0) return;
     remove_stale_users();
     const pid_t me = getpid();
-    g_users = new Users{create_user(user_name("caller", me), false),
-                        create_user(user_name("other", me), false),
-                        create_user(user_name("core", me), true),
-                        create_user(user_name("ws", me), true)};
+    g_users = new Users{
+        create_user(user_name("caller", me), false), create_user(user_name("other", me), false),
+        create_user(user_name("core", me), true), create_user(user_name("ws", me), true)};
   }
   void TearDown() override {
     // Daemons of this process share one cgroup parent; it goes once they all have.
@@ -206,7 +204,9 @@ Daemon::Daemon(DaemonOptions options) {
   auto role = [&](const std::string& name, const std::string& user, const std::string& argv_text) {
     std::string text = name + " {\n  user: \"" + user + "\"\n";
     if (argv_text.empty()) {
-      text += "  argv: \"/bin/sh\"\n  argv: \"-c\"\n  argv: \"IFS= read -r cmd && eval \\\"$cmd\\\"\"\n";
+      text +=
+          "  argv: \"/bin/sh\"\n  argv: \"-c\"\n  argv: \"IFS= read -r cmd && eval "
+          "\\\"$cmd\\\"\"\n";
     } else {
       text += argv_text + "\n";
     }
@@ -469,7 +469,8 @@ RawClient::RawClient(const std::string& socket, const TestUser& as) {
   }
   const int rc = connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   const int err = errno;
-  if (syscall(SYS_setresuid, -1, 0, -1) != 0 || syscall(SYS_setresgid, -1, 0, -1) != 0) std::abort();
+  if (syscall(SYS_setresuid, -1, 0, -1) != 0 || syscall(SYS_setresgid, -1, 0, -1) != 0)
+    std::abort();
   if (rc != 0) throw std::runtime_error(std::string("connect: ") + std::strerror(err));
 }
 
@@ -519,7 +520,7 @@ std::optional<wire::FrameDecoder::Frame> RawClient::read_frame(std::chrono::mill
 }
 
 std::optional<wire::FrameDecoder::Frame> RawClient::read_until(uint8_t type,
-                                                              std::chrono::milliseconds timeout) {
+                                                               std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

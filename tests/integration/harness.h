@@ -29,9 +29,9 @@ struct TestUser {
 
 // The users every integration test may use. Created by the gtest environment
 // registered in harness.cc.
-const TestUser& caller();       // unprivileged, owns the test projects
-const TestUser& other_user();   // a second unprivileged user
-const TestUser& core_user();    // role user for core
+const TestUser& caller();      // unprivileged, owns the test projects
+const TestUser& other_user();  // a second unprivileged user
+const TestUser& core_user();   // role user for core
 const TestUser& workspace_user();
 
 // A root-owned 0755 temp dir, removed with everything in it by the destructor.
@@ -57,14 +57,14 @@ class TempDir {
 inline constexpr const char* kDispatchScript = "IFS= read -r cmd && eval \"$cmd\"";
 
 struct DaemonOptions {
-  std::string extra_config;        // appended text-format fields
-  std::string core_argv_text;      // replaces the default argv lines of core
-  std::string workspace_argv_text; // ... of workspace
+  std::string extra_config;         // appended text-format fields
+  std::string core_argv_text;       // replaces the default argv lines of core
+  std::string workspace_argv_text;  // ... of workspace
   unsigned handshake_timeout_ms = 2000;
   unsigned max_sessions = 200;
   unsigned max_sessions_per_uid = 200;
-  std::string socket_path;         // empty: <temp dir>/run/helper.sock
-  bool expect_start = true;        // false: the daemon is expected to exit at start
+  std::string socket_path;   // empty: <temp dir>/run/helper.sock
+  bool expect_start = true;  // false: the daemon is expected to exit at start
 };
 
 class Daemon {
@@ -76,7 +76,7 @@ class Daemon {
 
   const std::string& socket_path() const { return socket_; }
   pid_t pid() const { return pid_; }
-  std::string log() const;           // the daemon's stderr (JSON lines) so far
+  std::string log() const;  // the daemon's stderr (JSON lines) so far
   // Where test binaries (client, probe) are copied: visible inside sandboxes
   // as a read-only runtime path and reachable by the test users.
   const std::string& bin_dir() const { return bin_dir_; }
@@ -100,7 +100,7 @@ class Daemon {
 };
 
 struct RunResult {
-  int exit_code = -1;   // -1 when killed by a signal
+  int exit_code = -1;  // -1 when killed by a signal
   int signal = 0;
   std::string out;
   std::string err;
@@ -115,7 +115,8 @@ struct RunOptions {
 };
 
 // Runs argv as `user` (setgroups/setgid/setuid) with pipes for stdio.
-RunResult run_as(const TestUser& user, const std::vector<std::string>& argv, RunOptions options = {});
+RunResult run_as(const TestUser& user, const std::vector<std::string>& argv,
+                 RunOptions options = {});
 
 // `pando-helper security launch --role R --project-root P --stdio --socket S` as `user`.
 RunResult launch(const Daemon& daemon, const TestUser& user, const std::string& role,
@@ -161,7 +162,8 @@ class RawClient {
   // Next frame, or nullopt on EOF/timeout.
   std::optional<wire::FrameDecoder::Frame> read_frame(std::chrono::milliseconds timeout);
   // Reads frames until one of `type` arrives (data frames are skipped).
-  std::optional<wire::FrameDecoder::Frame> read_until(uint8_t type, std::chrono::milliseconds timeout);
+  std::optional<wire::FrameDecoder::Frame> read_until(uint8_t type,
+                                                      std::chrono::milliseconds timeout);
   // True when the daemon closed the connection within the timeout.
   bool closed_by_peer(std::chrono::milliseconds timeout);
 

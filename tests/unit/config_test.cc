@@ -1,11 +1,10 @@
 #include "daemon/config.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
-
-#include <gtest/gtest.h>
 
 namespace pando::daemon {
 namespace {
@@ -50,9 +49,10 @@ TEST(Config, UnknownFieldIsAnError) {
 }
 
 TEST(Config, SemanticErrorNamesLineAndField) {
-  const std::string text = "max_sessions: 4\n"
-                           "core { user: \"c\" argv: \"/bin/sh\" }\n"
-                           "workspace {\n  user: \"w\"\n  argv: \"bin/relative\"\n}\n";
+  const std::string text =
+      "max_sessions: 4\n"
+      "core { user: \"c\" argv: \"/bin/sh\" }\n"
+      "workspace {\n  user: \"w\"\n  argv: \"bin/relative\"\n}\n";
   const std::string error = error_of(text);
   EXPECT_NE(error.find("test.conf:5: workspace.argv[0]"), std::string::npos) << error;
 }
@@ -66,7 +66,8 @@ TEST(Config, NestedLimitErrorPointsAtItsLine) {
 }
 
 TEST(Config, MissingRoleIsAnError) {
-  EXPECT_NE(error_of("core { user: \"c\" argv: \"/bin/sh\" }").find("workspace"), std::string::npos);
+  EXPECT_NE(error_of("core { user: \"c\" argv: \"/bin/sh\" }").find("workspace"),
+            std::string::npos);
   EXPECT_NE(error_of("workspace { user: \"c\" argv: \"/bin/sh\" } core { argv: \"/bin/sh\" }")
                 .find("core.user"),
             std::string::npos);
@@ -75,11 +76,15 @@ TEST(Config, MissingRoleIsAnError) {
 TEST(Config, RejectsBadValues) {
   EXPECT_NE(error_of(std::string(kRoles) + "socket_path: \"relative.sock\"").find("socket_path"),
             std::string::npos);
-  EXPECT_NE(error_of(std::string(kRoles) + "socket_mode: 4095").find("socket_mode"), std::string::npos);
-  EXPECT_NE(error_of(std::string(kRoles) + "log_level: \"loud\"").find("log_level"), std::string::npos);
-  EXPECT_NE(error_of(std::string(kRoles) + "cgroups { parent: \"../escape\" }").find("cgroups.parent"),
+  EXPECT_NE(error_of(std::string(kRoles) + "socket_mode: 4095").find("socket_mode"),
             std::string::npos);
-  EXPECT_NE(error_of(std::string(kRoles) + "max_sessions: 0").find("max_sessions"), std::string::npos);
+  EXPECT_NE(error_of(std::string(kRoles) + "log_level: \"loud\"").find("log_level"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(std::string(kRoles) + "cgroups { parent: \"../escape\" }").find("cgroups.parent"),
+      std::string::npos);
+  EXPECT_NE(error_of(std::string(kRoles) + "max_sessions: 0").find("max_sessions"),
+            std::string::npos);
   EXPECT_NE(error_of("core { user: \"c\" argv: \"/bin/sh\" hidden_files: \"a/b\" } " +
                      std::string("workspace { user: \"w\" argv: \"/bin/sh\" }"))
                 .find("core.hidden_files[0]"),

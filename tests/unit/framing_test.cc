@@ -94,7 +94,8 @@ TEST(Decoder, MessageFrameCarriesTheSerializedMessage) {
   auto frame = decoder.next();
   ASSERT_TRUE(frame.has_value());
   v1::Exit parsed;
-  ASSERT_TRUE(parsed.ParseFromArray(frame->payload.data(), static_cast<int>(frame->payload.size())));
+  ASSERT_TRUE(
+      parsed.ParseFromArray(frame->payload.data(), static_cast<int>(frame->payload.size())));
   EXPECT_EQ(parsed.exit_code(), 3);
 }
 

@@ -4,13 +4,12 @@
 #include "daemon/project_root.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
-
-#include <gtest/gtest.h>
 
 namespace pando::daemon {
 namespace {
@@ -57,8 +56,8 @@ TEST_F(ProjectRootTest, OwnedDirectoryResolvesAndSandboxDirsBelongToTheCaller) {
   const auto& resolved = std::get<ResolvedProject>(result);
   EXPECT_TRUE(resolved.root.valid());
   EXPECT_TRUE(resolved.sandbox_dir.valid());
-  for (const std::string sub : {"", "/core", "/core/home", "/core/tmp", "/core/cache",
-                                "/core/config", "/core/data"}) {
+  for (const std::string sub :
+       {"", "/core", "/core/home", "/core/tmp", "/core/cache", "/core/config", "/core/data"}) {
     struct stat st {};
     ASSERT_EQ(lstat((project + "/.pando-sandbox" + sub).c_str(), &st), 0) << sub;
     EXPECT_TRUE(S_ISDIR(st.st_mode)) << sub;

@@ -61,14 +61,16 @@ TEST(LaunchRequest, UnknownFieldsAreRejected) {
   std::string payload = request(v1::ROLE_WORKSPACE, "/srv/p");
   payload += std::string("\x1a\x02-x", 4);  // field 3, length-delimited
   EXPECT_EQ(code_of(validate(payload)), v1::ERROR_UNKNOWN_FIELDS);
-  std::string varint = request(v1::ROLE_WORKSPACE, "/srv/p") + std::string("\x78\x01", 2);  // field 15
+  std::string varint =
+      request(v1::ROLE_WORKSPACE, "/srv/p") + std::string("\x78\x01", 2);  // field 15
   EXPECT_EQ(code_of(validate(varint)), v1::ERROR_UNKNOWN_FIELDS);
 }
 
 TEST(LaunchRequest, RoleMustBeCoreOrWorkspace) {
   EXPECT_EQ(code_of(validate(request(v1::ROLE_UNSPECIFIED, "/srv/p"))), v1::ERROR_UNKNOWN_ROLE);
   EXPECT_EQ(code_of(validate(request(static_cast<v1::Role>(3), "/srv/p"))), v1::ERROR_UNKNOWN_ROLE);
-  EXPECT_EQ(code_of(validate(request(static_cast<v1::Role>(-1), "/srv/p"))), v1::ERROR_UNKNOWN_ROLE);
+  EXPECT_EQ(code_of(validate(request(static_cast<v1::Role>(-1), "/srv/p"))),
+            v1::ERROR_UNKNOWN_ROLE);
 }
 
 TEST(LaunchRequest, GarbageAndInvalidUtf8AreMalformed) {
