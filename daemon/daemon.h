@@ -5,14 +5,13 @@
 
 #include <sys/types.h>
 
-#include <boost/asio.hpp>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
-#include <utility>  // before asio: Boost 1.74 awaitable.hpp needs std::exchange
 
+#include "common/asio.h"
 #include "common/unique_fd.h"
 #include "daemon/cgroups.h"
 #include "daemon/config.h"

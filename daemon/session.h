@@ -13,15 +13,14 @@
 #include <sys/types.h>
 
 #include <array>
-#include <boost/asio.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>  // before asio: Boost 1.74 awaitable.hpp needs std::exchange
 #include <vector>
 
+#include "common/asio.h"
 #include "common/unique_fd.h"
 #include "daemon/cgroups.h"
 #include "daemon/launch.h"
