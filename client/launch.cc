@@ -122,26 +122,22 @@ bool Relay::read_stdin() {
     splice_out_ = length;
     return true;
   }
-  const size_t start = pending_.size();
-  pending_.resize(start + wire::kHeaderSize + kReadBufferBytes);
   ssize_t n;
   do {
-    n = read(STDIN_FILENO, pending_.data() + start + wire::kHeaderSize, kReadBufferBytes);
+    n = read(STDIN_FILENO, buffer_.data(), buffer_.size());
   } while (n < 0 && errno == EINTR);
-  if (n < 0 && would_block(errno)) {
-    pending_.resize(start);
-    return true;
-  }
+  if (n < 0 && would_block(errno)) return true;
   if (n <= 0) {
-    pending_.resize(start);
     stdin_open_ = false;
     const auto eof = wire::encode_header(v1::FRAME_STDIN_EOF, 0);
     pending_.insert(pending_.end(), eof.begin(), eof.end());
     return true;
   }
-  pending_.resize(start + wire::kHeaderSize + static_cast<size_t>(n));
   const auto header = wire::encode_header(v1::FRAME_STDIN_DATA, static_cast<uint32_t>(n));
-  std::copy(header.begin(), header.end(), pending_.begin() + static_cast<std::ptrdiff_t>(start));
+  const size_t start = pending_.size();
+  pending_.resize(start + header.size() + static_cast<size_t>(n));
+  std::memcpy(pending_.data() + start, header.data(), header.size());
+  std::memcpy(pending_.data() + start + header.size(), buffer_.data(), static_cast<size_t>(n));
   return true;
 }
 

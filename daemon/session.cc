@@ -28,9 +28,6 @@ namespace sbv1 = pando::helper::sandbox::v1;
 
 namespace {
 
-// Frames up to this size are copied through user space in one read + send;
-// larger ones are spliced from the pipe into the socket.
-constexpr uint32_t kCopyFrameBytes = 16 * 1024;
 constexpr auto kSetupTimeout = std::chrono::seconds(30);
 
 int signal_number(v1::Signal signal) {
@@ -63,10 +60,6 @@ Session::Session(Daemon& daemon, Socket socket, PeerIdentity peer, std::string i
       stdout_(daemon.io()),
       stderr_(daemon.io()) {
   stderr_.frame_type = v1::FRAME_STDERR_DATA;
-}
-
-Session::~Session() {
-  if (reserved_) daemon_.release_session(peer_.uid);
 }
 
 void Session::start() {
@@ -502,44 +495,48 @@ void Session::wait_socket_writable() {
 void Session::wait_output_pipe(OutputPipe& pipe) {
   if (pipe.waiting || pipe.eof) return;
   pipe.waiting = true;
-  pipe.descriptor.async_wait(Descriptor::wait_read, [self = shared_from_this(),
-                                                     &pipe](const boost::system::error_code& ec) {
-    pipe.waiting = false;
-    if (ec) return;
-    int available = 0;
-    if (ioctl(pipe.descriptor.native_handle(), FIONREAD, &available) == 0 && available == 0) {
-      // Readable with nothing in it: every writer is gone.
-      pipe.eof = true;
-    }
-    self->pump_output();
-  });
+  // Readiness may be stale by the time this runs (asio queues events), so it
+  // only triggers another attempt; EOF is what read() says, nothing else.
+  pipe.descriptor.async_wait(Descriptor::wait_read,
+                             [self = shared_from_this(), &pipe](const boost::system::error_code& ec) {
+                               pipe.waiting = false;
+                               if (!ec) self->pump_output();
+                             });
 }
 
 bool Session::start_output_frame(OutputPipe& pipe) {
   if (pipe.eof) return false;
   const int fd = pipe.descriptor.native_handle();
-  int available = 0;
-  if (ioctl(fd, FIONREAD, &available) != 0 || available <= 0) return false;
-  const uint32_t length =
-      std::min<uint32_t>(static_cast<uint32_t>(available), wire::kMaxDataPayload);
-  if (length <= kCopyFrameBytes) {
-    const size_t start = out_pending_.size();
-    out_pending_.resize(start + wire::kHeaderSize + length);
-    const ssize_t n = read(fd, out_pending_.data() + start + wire::kHeaderSize, length);
-    if (n <= 0) {
-      out_pending_.resize(start);
-      return false;
+  if (pipe.backlog) {
+    // The last frame was full: splice a large one straight into the socket.
+    int available = 0;
+    if (ioctl(fd, FIONREAD, &available) == 0 && static_cast<size_t>(available) > kCopyFrameBytes) {
+      const uint32_t length =
+          std::min<uint32_t>(static_cast<uint32_t>(available), wire::kMaxDataPayload);
+      const auto header = wire::encode_header(pipe.frame_type, length);
+      out_pending_.insert(out_pending_.end(), header.begin(), header.end());
+      out_splice_remaining_ = length;
+      out_splice_pipe_ = &pipe;
+      return true;
     }
-    out_pending_.resize(start + wire::kHeaderSize + static_cast<size_t>(n));
-    const auto header = wire::encode_header(pipe.frame_type, static_cast<uint32_t>(n));
-    std::copy(header.begin(), header.end(),
-              out_pending_.begin() + static_cast<std::ptrdiff_t>(start));
-    return true;
+    pipe.backlog = false;
   }
-  const auto header = wire::encode_header(pipe.frame_type, length);
-  out_pending_.insert(out_pending_.end(), header.begin(), header.end());
-  out_splice_remaining_ = length;
-  out_splice_pipe_ = &pipe;
+  ssize_t n;
+  do {
+    n = read(fd, copy_buffer_.data(), copy_buffer_.size());
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) {
+    pipe.eof = true;  // every writer is gone and the pipe is drained
+    return false;
+  }
+  if (n < 0) return false;  // would block: wait for more
+  const size_t start = out_pending_.size();
+  out_pending_.resize(start + wire::kHeaderSize + static_cast<size_t>(n));
+  const auto header = wire::encode_header(pipe.frame_type, static_cast<uint32_t>(n));
+  std::memcpy(out_pending_.data() + start, header.data(), header.size());
+  std::memcpy(out_pending_.data() + start + wire::kHeaderSize, copy_buffer_.data(),
+              static_cast<size_t>(n));
+  pipe.backlog = static_cast<size_t>(n) == copy_buffer_.size();
   return true;
 }
 
@@ -746,6 +743,8 @@ void Session::close() {
     if (!cgroup_->remove()) daemon_.defer_cgroup_removal(std::move(cgroup_));
     cgroup_.reset();
   }
+  if (reserved_) daemon_.release_session(peer_.uid);
+  reserved_ = false;
   daemon_.session_closed(this);
 }
 

@@ -40,7 +40,6 @@ class Session : public std::enable_shared_from_this<Session> {
   using Descriptor = boost::asio::posix::stream_descriptor;
 
   Session(Daemon& daemon, Socket socket, PeerIdentity peer, std::string id);
-  ~Session();
 
   void start();
   // Daemon shutdown: handshakes are refused, live sessions are killed and end
@@ -60,6 +59,7 @@ class Session : public std::enable_shared_from_this<Session> {
     pando::helper::v1::FrameType frame_type = pando::helper::v1::FRAME_STDOUT_DATA;
     bool eof = false;
     bool waiting = false;
+    bool backlog = false;  // the last read filled a whole frame: more is likely queued
   };
 
   // Handshake.
@@ -141,6 +141,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Output relay state.
   std::vector<uint8_t> out_pending_;
+  // Output is read through this buffer one frame at a time; when a read fills
+  // it, the backlog is spliced from the pipe into the socket instead.
+  static constexpr size_t kCopyFrameBytes = 16 * 1024;
+  std::array<uint8_t, kCopyFrameBytes> copy_buffer_{};
   size_t out_sent_ = 0;
   uint32_t out_splice_remaining_ = 0;
   OutputPipe* out_splice_pipe_ = nullptr;

@@ -80,6 +80,21 @@ TEST_F(FoundationTest, BinarySafeRoundTripOf100MiB) {
   EXPECT_EQ(sha256(r.out), sha256(data));
 }
 
+// Regression: a stale readiness event once made the daemon take a drained
+// stdout pipe for EOF, stalling the stream (and losing output at exit). Many
+// rounds of "socket writable, pipe readable" in one epoll batch reproduced it.
+TEST_F(FoundationTest, LongStreamsInBothDirectionsNeverStall) {
+  for (int round = 0; round < 3; ++round) {
+    std::string data(96u << 20, static_cast<char>('a' + round));
+    RunOptions options;
+    options.timeout = 180s;
+    const RunResult r = sh("exec cat", round % 2 ? "core" : "workspace", data, options);
+    ASSERT_FALSE(r.timed_out) << "round " << round << ": stalled after " << r.out.size() << " bytes";
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_EQ(r.out.size(), data.size()) << "round " << round;
+  }
+}
+
 TEST_F(FoundationTest, AllByteValuesSurviveBothWays) {
   std::string data;
   for (int round = 0; round < 3; ++round) {
@@ -359,7 +374,7 @@ TEST_F(FoundationTest, SigtermWithLiveSessionsEndsThemWithAReason) {
   ASSERT_TRUE(client.write_all("echo ready; exec sleep 1000\n"));
   ASSERT_TRUE(client.read_until("ready", 20s));
   const int daemon_status = daemon_->stop();
-  EXPECT_TRUE(WIFEXITED(daemon_status) && WEXITSTATUS(daemon_status) == 0);
+  EXPECT_TRUE(WIFEXITED(daemon_status) && WEXITSTATUS(daemon_status) == 0) << daemon_->log();
   const int status = client.wait(20s);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGKILL);
