@@ -1,5 +1,8 @@
 #include "proto/request_validation.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
 #include "proto/framing.h"
 
 namespace pando::wire {
@@ -16,6 +19,26 @@ const char* role_name(v1::Role role) {
       return "unknown";
   }
 }
+
+namespace {
+
+// Lite messages keep unknown fields without an API to ask for them: walk the
+// (already parsed, so well-formed) wire bytes for any field number but 1 and 2.
+bool has_unknown_fields(std::span<const uint8_t> payload) {
+  using google::protobuf::internal::WireFormatLite;
+  google::protobuf::io::CodedInputStream in(payload.data(), static_cast<int>(payload.size()));
+  while (const uint32_t tag = in.ReadTag()) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    if (field != v1::LaunchRequest::kRoleFieldNumber &&
+        field != v1::LaunchRequest::kProjectRootFieldNumber) {
+      return true;
+    }
+    if (!WireFormatLite::SkipField(&in, tag)) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 RequestError check_project_root_string(std::string_view path) {
   if (path.empty()) return {v1::ERROR_PATH_EMPTY, "project root is empty"};
@@ -55,7 +78,7 @@ std::variant<ValidRequest, RequestError> validate_launch_request(std::span<const
     return RequestError{v1::ERROR_MALFORMED_REQUEST,
                         "launch request does not parse (malformed protobuf or invalid UTF-8)"};
   }
-  if (!request.GetReflection()->GetUnknownFields(request).empty()) {
+  if (has_unknown_fields(payload)) {
     return RequestError{v1::ERROR_UNKNOWN_FIELDS,
                         "launch request carries fields this daemon does not define"};
   }

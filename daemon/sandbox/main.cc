@@ -45,15 +45,23 @@ void report_setup_failure(v1::ErrorCode code, const std::string& message) {
 }
 
 SandboxPlan receive_plan() {
-  std::vector<char> buffer(kMaxPlanBytes);
+  // Peek at the datagram's size first: a plan is a few KiB, and clearing a
+  // maximal buffer would cost every launch.
+  ssize_t size;
+  do {
+    size = recv(sb::kControlFd, nullptr, 0, MSG_PEEK | MSG_TRUNC);
+  } while (size < 0 && errno == EINTR);
+  if (size < 0) sb::throw_errno("receiving the plan");
+  if (size == 0 || static_cast<size_t>(size) > kMaxPlanBytes) {
+    throw sb::SetupError(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
+  }
+  std::vector<char> buffer(static_cast<size_t>(size));
   ssize_t n;
   do {
-    n = recv(sb::kControlFd, buffer.data(), buffer.size(), MSG_TRUNC);
+    n = recv(sb::kControlFd, buffer.data(), buffer.size(), 0);
   } while (n < 0 && errno == EINTR);
-  if (n < 0) sb::throw_errno("receiving the plan");
   SandboxPlan plan;
-  if (n == 0 || static_cast<size_t>(n) > buffer.size() ||
-      !plan.ParseFromArray(buffer.data(), static_cast<int>(n))) {
+  if (n != size || !plan.ParseFromArray(buffer.data(), static_cast<int>(n))) {
     throw sb::SetupError(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
   }
   return plan;
