@@ -15,6 +15,8 @@
 #include <string>
 #include <system_error>
 
+#include "common/unique_fd.h"
+
 namespace pando::daemon {
 namespace {
 
@@ -76,20 +78,6 @@ void check_listening_unix_stream(int fd) {
   }
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
 std::optional<int> take_socket_activation_fd() {
@@ -142,7 +130,7 @@ void notify(std::string_view state) {
     throw std::runtime_error("notify: NOTIFY_SOCKET must be an absolute path or start with '@'");
   }
 
-  Fd sock(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  UniqueFd sock(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (sock.get() < 0) throw_errno("notify: socket");
   const ssize_t sent = sendto(sock.get(), state.data(), state.size(), MSG_NOSIGNAL,
                               reinterpret_cast<const sockaddr*>(&addr), addr_len);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/unique_fd.h"
 #include "daemon/sandbox/setup_error.h"
 
 // Debian 12's <linux/landlock.h> stops at ABI 2; the kernel may offer more.
@@ -156,20 +157,6 @@ uint64_t handled_fs_for(int abi) {
   return kFsAbi1;
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 int query_abi(int* error) {
   const long abi =
       syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
@@ -185,7 +172,7 @@ void add_path_rule(int ruleset, const std::string& path, Kind kind, uint64_t han
   if (path.front() != '/') {
     throw SetupError(ERROR_LAUNCH_FAILED, "apply_landlock: path is not absolute: " + path);
   }
-  Fd fd(open(path.c_str(), O_PATH | O_CLOEXEC));
+  UniqueFd fd(open(path.c_str(), O_PATH | O_CLOEXEC));
   if (fd.get() < 0) {
     if (errno == ENOENT) return;
     throw_errno("apply_landlock: open " + path);
@@ -253,7 +240,7 @@ int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan) {
 
   const long ruleset_fd = syscall(SYS_landlock_create_ruleset, &attr, ruleset_attr_size(abi), 0U);
   if (ruleset_fd < 0) throw_errno("apply_landlock: landlock_create_ruleset");
-  Fd ruleset(static_cast<int>(ruleset_fd));
+  UniqueFd ruleset(static_cast<int>(ruleset_fd));
 
   const uint64_t fs = attr.handled_access_fs;
   for (const PathRule& rule : kSystemRules) add_path_rule(ruleset.get(), rule.path, rule.kind, fs);
