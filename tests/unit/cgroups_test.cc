@@ -552,7 +552,8 @@ TEST_F(CgroupsTest, MemoryLimitOomKills) {
   auto s = mgr.create_session("mem", SessionLimits{64 << 20, 0, 32, 0});
   Child child([] {
     const size_t size = size_t{512} << 20;
-    char* p = static_cast<char*>(std::malloc(size));
+    // volatile: an optimizing compiler may drop a malloc whose memory is never read.
+    volatile char* p = static_cast<volatile char*>(std::malloc(size));
     if (!p) return 3;
     for (size_t i = 0; i < size; i += 4096) p[i] = 1;
     return 0;  // not reached while the limit works
