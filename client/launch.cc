@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <vector>
@@ -64,13 +65,47 @@ v1::Signal wire_signal(int signo) {
   }
 }
 
+// Direct stdio (see proto/helper.proto): hand our own stdin/stdout to the
+// role when both are pipes, so no byte passes through this process or the
+// daemon. PANDO_HELPER_STDIO=frames forces the framed relay.
+bool wants_direct_stdio() {
+  const char* mode = std::getenv("PANDO_HELPER_STDIO");
+  if (mode != nullptr && std::string(mode) == "frames") return false;
+  return is_pipe(STDIN_FILENO) && is_pipe(STDOUT_FILENO);
+}
+
+// Sends `bytes` with `fds` attached (SCM_RIGHTS) to their first byte.
+bool send_with_fds(int sock, const std::vector<uint8_t>& bytes, const std::array<int, 2>& fds) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 2)] = {};
+  iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  ssize_t n;
+  do {
+    n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return false;
+  return send_all(sock, bytes.data() + n, bytes.size() - static_cast<size_t>(n));
+}
+
 class Relay {
  public:
-  Relay(int sock, int signal_fd) : sock_(sock), signal_fd_(signal_fd) {
+  Relay(int sock, int signal_fd, bool direct_stdio) : sock_(sock), signal_fd_(signal_fd) {
     stdin_is_pipe_ = is_pipe(STDIN_FILENO);
     stdout_is_pipe_ = is_pipe(STDOUT_FILENO);
     buffer_.resize(kReadBufferBytes);
-    if (fcntl(STDIN_FILENO, F_GETFD) < 0) {
+    if (direct_stdio) {
+      // The role reads our stdin and writes our stdout itself.
+      stdin_open_ = false;
+    } else if (fcntl(STDIN_FILENO, F_GETFD) < 0) {
       stdin_open_ = false;
       const auto eof = wire::encode_header(v1::FRAME_STDIN_EOF, 0);
       pending_.insert(pending_.end(), eof.begin(), eof.end());
@@ -370,7 +405,9 @@ int run_launch(const std::string& role, const std::string& project_root,
     return kExitUnavailable;
   }
   const auto frame = wire::encode_message_frame(v1::FRAME_LAUNCH_REQUEST, request);
-  if (!send_all(sock.get(), frame.data(), frame.size())) {
+  const bool direct = wants_direct_stdio();
+  if (!(direct ? send_with_fds(sock.get(), frame, {STDIN_FILENO, STDOUT_FILENO})
+               : send_all(sock.get(), frame.data(), frame.size()))) {
     std::cerr << "pando-helper: the connection to pando-helperd broke while sending the request\n";
     return kExitProtocol;
   }
@@ -399,7 +436,7 @@ int run_launch(const std::string& role, const std::string& project_root,
     std::cerr << "pando-helper: fcntl: " << std::strerror(errno) << "\n";
     return kExitSoftware;
   }
-  Relay relay(sock.get(), signal_fd.get());
+  Relay relay(sock.get(), signal_fd.get(), direct);
   return relay.run();
 }
 

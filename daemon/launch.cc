@@ -59,11 +59,14 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
 
 }  // namespace
 
-StartedSandbox start_sandbox(int launcher_fd, const ResolvedProject& project) {
+StartedSandbox start_sandbox(int launcher_fd, const ResolvedProject& project,
+                             const DirectStdio* direct) {
   StartedSandbox started;
   UniqueFd child_stdin, child_stdout, child_stderr;
-  make_pipe(child_stdin, started.stdin_write);
-  make_pipe(started.stdout_read, child_stdout);
+  if (direct == nullptr) {
+    make_pipe(child_stdin, started.stdin_write);
+    make_pipe(started.stdout_read, child_stdout);
+  }
   make_pipe(started.stderr_read, child_stderr);
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) fail("socketpair");
@@ -79,8 +82,8 @@ StartedSandbox start_sandbox(int launcher_fd, const ResolvedProject& project) {
     moves[count][1] = target;
     ++count;
   };
-  plan_move(child_stdin.get(), 0);
-  plan_move(child_stdout.get(), 1);
+  plan_move(direct != nullptr ? direct->stdin_read.get() : child_stdin.get(), 0);
+  plan_move(direct != nullptr ? direct->stdout_write.get() : child_stdout.get(), 1);
   plan_move(child_stderr.get(), 2);
   plan_move(child_control.get(), sandbox::kControlFd);
   // Detached copies of the caller's directories: only in this (the daemon's)

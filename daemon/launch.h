@@ -7,7 +7,14 @@
 
 namespace pando::daemon {
 
-// The parent-side ends of a freshly started pando-helper-sandbox.
+// The caller's own stdin/stdout pipes, when it handed them over (direct stdio).
+struct DirectStdio {
+  UniqueFd stdin_read;
+  UniqueFd stdout_write;
+};
+
+// The parent-side ends of a freshly started pando-helper-sandbox. With direct
+// stdio, stdin_write and stdout_read stay invalid.
 struct StartedSandbox {
   pid_t pid = -1;
   UniqueFd pidfd;    // CLONE_PIDFD: signals and exit without pid reuse races
@@ -23,6 +30,7 @@ struct StartedSandbox {
 // Between clone3 and execveat the child only calls async-signal-safe
 // syscalls. Throws std::system_error, or sandbox::SetupError when a
 // directory cannot be cloned for mounting.
-StartedSandbox start_sandbox(int launcher_fd, const ResolvedProject& project);
+StartedSandbox start_sandbox(int launcher_fd, const ResolvedProject& project,
+                             const DirectStdio* direct);
 
 }  // namespace pando::daemon

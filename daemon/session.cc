@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -96,25 +97,85 @@ void Session::read_preface() {
                    });
 }
 
+// The request header is read with recvmsg(): the fds of direct stdio arrive
+// as SCM_RIGHTS with the first byte of the LaunchRequest frame.
 void Session::read_request_header() {
-  asio::async_read(
-      socket_, asio::buffer(header_),
-      [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-        if (self->state_ == State::kClosed) return;
-        if (ec) return self->close();
-        const wire::FrameHeader header = wire::decode_header(self->header_);
-        if (header.type != v1::FRAME_LAUNCH_REQUEST && header.type != v1::FRAME_STATUS_REQUEST) {
-          return self->reject(
-              v1::ERROR_UNEXPECTED_FRAME,
-              fmt::format("expected a launch request, got frame type {}", header.type));
-        }
-        if (header.length > wire::max_payload(header.type)) {
-          return self->reject(v1::ERROR_FRAME_TOO_LARGE,
-                              fmt::format("frame of {} bytes is over the {} byte cap",
-                                          header.length, wire::max_payload(header.type)));
-        }
-        self->read_request_payload(header.type, header.length);
-      });
+  socket_.async_wait(Socket::wait_read,
+                     [self = shared_from_this()](const boost::system::error_code& ec) {
+                       if (self->state_ == State::kClosed) return;
+                       if (ec) return self->close();
+                       self->receive_request_header();
+                     });
+}
+
+void Session::receive_request_header() {
+  iovec iov{header_.data() + header_have_, header_.size() - header_have_};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ssize_t n;
+  do {
+    n = recvmsg(socket_.native_handle(), &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && would_block(errno)) return read_request_header();
+  if (n <= 0) return close();
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      passed_fds_.emplace_back(fd);
+    }
+  }
+  if (msg.msg_flags & MSG_CTRUNC) {
+    return reject(v1::ERROR_BAD_STDIO_FDS, "too many file descriptors attached to the request");
+  }
+  header_have_ += static_cast<size_t>(n);
+  if (header_have_ < header_.size()) return read_request_header();
+  const wire::FrameHeader header = wire::decode_header(header_);
+  if (header.type != v1::FRAME_LAUNCH_REQUEST && header.type != v1::FRAME_STATUS_REQUEST) {
+    return reject(v1::ERROR_UNEXPECTED_FRAME,
+                  fmt::format("expected a launch request, got frame type {}", header.type));
+  }
+  if (header.length > wire::max_payload(header.type)) {
+    return reject(v1::ERROR_FRAME_TOO_LARGE,
+                  fmt::format("frame of {} bytes is over the {} byte cap", header.length,
+                              wire::max_payload(header.type)));
+  }
+  read_request_payload(header.type, header.length);
+}
+
+std::optional<wire::RequestError> Session::take_direct_stdio() {
+  if (passed_fds_.empty()) return std::nullopt;
+  const auto bad = [](const std::string& why) {
+    return wire::RequestError{v1::ERROR_BAD_STDIO_FDS, why};
+  };
+  if (passed_fds_.size() != 2) {
+    return bad("direct stdio takes exactly two fds (stdin, stdout), got " +
+               std::to_string(passed_fds_.size()));
+  }
+  // Only pipes: a terminal (TIOCSTI), a socket or a file of the caller's
+  // would hand the role more than a byte stream.
+  for (size_t i = 0; i < 2; ++i) {
+    struct stat st {};
+    const int flags = fcntl(passed_fds_[i].get(), F_GETFL);
+    if (fstat(passed_fds_[i].get(), &st) != 0 || !S_ISFIFO(st.st_mode) || flags < 0) {
+      return bad(std::string(i == 0 ? "stdin" : "stdout") + " fd is not a pipe");
+    }
+    const int mode = flags & O_ACCMODE;
+    if ((i == 0 && mode == O_WRONLY) || (i == 1 && mode == O_RDONLY)) {
+      return bad(std::string(i == 0 ? "stdin fd is not readable" : "stdout fd is not writable"));
+    }
+  }
+  direct_.emplace();
+  direct_->stdin_read = std::move(passed_fds_[0]);
+  direct_->stdout_write = std::move(passed_fds_[1]);
+  passed_fds_.clear();
+  return std::nullopt;
 }
 
 void Session::read_request_payload(uint8_t type, uint32_t length) {
@@ -152,6 +213,8 @@ void Session::handle_launch_request(const std::vector<uint8_t>& payload) {
     return reject(error->code, error->message);
   }
   const auto& request = std::get<wire::ValidRequest>(result);
+  if (auto error = take_direct_stdio()) return reject(error->code, error->message);
+  direct_stdio_ = direct_.has_value();
   role_ = wire::role_name(request.role);
   project_root_ = request.project_root;
   log::info("launch_requested", {{"session", id_},
@@ -234,7 +297,7 @@ std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& requ
     return wire::RequestError{v1::ERROR_CGROUP_UNAVAILABLE, e.what()};
   }
   try {
-    sandbox_ = start_sandbox(daemon_.launcher_fd(), project);
+    sandbox_ = start_sandbox(daemon_.launcher_fd(), project, direct_ ? &*direct_ : nullptr);
   } catch (const sandbox::SetupError& e) {
     return wire::RequestError{e.code(), e.what()};
   } catch (const std::exception& e) {
@@ -262,11 +325,17 @@ std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& requ
         std::string("cannot hand the plan to the launcher: ") + strerror(err)};
   }
   control_.assign(sandbox_.control.release());
-  stdin_.assign(sandbox_.stdin_write.release());
-  stdout_.descriptor.assign(sandbox_.stdout_read.release());
+  if (direct_) {
+    // The role holds the caller's pipes itself; the daemon keeps no copy.
+    direct_.reset();
+    stdout_.eof = true;
+  } else {
+    stdin_.assign(sandbox_.stdin_write.release());
+    stdout_.descriptor.assign(sandbox_.stdout_read.release());
+    stdin_.non_blocking(true);
+    stdout_.descriptor.non_blocking(true);
+  }
   stderr_.descriptor.assign(sandbox_.stderr_read.release());
-  stdin_.non_blocking(true);
-  stdout_.descriptor.non_blocking(true);
   stderr_.descriptor.non_blocking(true);
   return std::nullopt;
 }
@@ -354,6 +423,10 @@ bool Session::handle_input_header() {
   switch (header.type) {
     case v1::FRAME_STDIN_DATA:
     case v1::FRAME_SIGNAL:
+      if (header.type == v1::FRAME_STDIN_DATA && direct_stdio_) {
+        reject(v1::ERROR_UNEXPECTED_FRAME, "stdin data on a session with direct stdio");
+        return false;
+      }
       if (header.length > cap) {
         reject(v1::ERROR_FRAME_TOO_LARGE,
                fmt::format("frame of {} bytes is over the {} byte cap", header.length, cap));
@@ -371,6 +444,10 @@ bool Session::handle_input_header() {
       }
       return true;
     case v1::FRAME_STDIN_EOF:
+      if (direct_stdio_) {
+        reject(v1::ERROR_UNEXPECTED_FRAME, "stdin EOF on a session with direct stdio");
+        return false;
+      }
       if (header.length != 0) {
         reject(v1::ERROR_MALFORMED_REQUEST, "stdin EOF frame with a payload");
         return false;
@@ -497,11 +574,11 @@ void Session::wait_output_pipe(OutputPipe& pipe) {
   pipe.waiting = true;
   // Readiness may be stale by the time this runs (asio queues events), so it
   // only triggers another attempt; EOF is what read() says, nothing else.
-  pipe.descriptor.async_wait(Descriptor::wait_read,
-                             [self = shared_from_this(), &pipe](const boost::system::error_code& ec) {
-                               pipe.waiting = false;
-                               if (!ec) self->pump_output();
-                             });
+  pipe.descriptor.async_wait(Descriptor::wait_read, [self = shared_from_this(),
+                                                     &pipe](const boost::system::error_code& ec) {
+    pipe.waiting = false;
+    if (!ec) self->pump_output();
+  });
 }
 
 bool Session::start_output_frame(OutputPipe& pipe) {

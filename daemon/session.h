@@ -65,6 +65,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Handshake.
   void read_preface();
   void read_request_header();
+  void receive_request_header();
+  std::optional<wire::RequestError> take_direct_stdio();
   void read_request_payload(uint8_t type, uint32_t length);
   void handle_launch_request(const std::vector<uint8_t>& payload);
   void handle_status_request(const std::vector<uint8_t>& payload);
@@ -109,6 +111,12 @@ class Session : public std::enable_shared_from_this<Session> {
 
   std::array<uint8_t, wire::kPrefaceSize> preface_{};
   std::array<uint8_t, wire::kHeaderSize> header_{};
+  size_t header_have_ = 0;
+  // fds attached to the request (direct stdio); more than this is refused.
+  static constexpr size_t kMaxPassedFds = 4;
+  std::vector<UniqueFd> passed_fds_;
+  std::optional<DirectStdio> direct_;
+  bool direct_stdio_ = false;
   std::vector<uint8_t> request_payload_;
 
   // Launch results.

@@ -30,6 +30,7 @@ class FoundationTest : public ::testing::Test {
   RunResult sh(const std::string& script, const std::string& role = "workspace",
                std::string extra_stdin = "", RunOptions options = {}) {
     options.stdin_data = script + "\n" + extra_stdin;
+    options.env.insert(client_env_.begin(), client_env_.end());
     return launch(*daemon_, caller(), role, project_, options);
   }
   v1::Rejected expect_rejected(RawClient& client) {
@@ -59,7 +60,73 @@ class FoundationTest : public ::testing::Test {
 
   std::unique_ptr<Daemon> daemon_;
   std::string project_;
+  std::map<std::string, std::string> client_env_;  // added to every sh() client
 };
+
+// The same guarantees through the framed relay (stdio that is not a pipe, or
+// PANDO_HELPER_STDIO=frames): every byte passes the client and the daemon.
+class FramedStdioTest : public FoundationTest {
+ protected:
+  void SetUp() override {
+    FoundationTest::SetUp();
+    client_env_ = {{"PANDO_HELPER_STDIO", "frames"}};
+  }
+};
+
+TEST_F(FramedStdioTest, BinarySafeRoundTrip) {
+  std::string data;
+  for (size_t i = 0; data.size() < (32u << 20); ++i) data.push_back(static_cast<char>(i % 256));
+  RunOptions options;
+  options.timeout = 180s;
+  const RunResult r = sh("exec cat", "workspace", data, options);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.out.size(), data.size());
+  EXPECT_EQ(sha256(r.out), sha256(data));
+}
+
+// Regression: a stale readiness event once made the daemon take a drained
+// stdout pipe for EOF, stalling the stream (and losing output at exit).
+TEST_F(FramedStdioTest, LongStreamsNeverStall) {
+  for (int round = 0; round < 3; ++round) {
+    std::string data(96u << 20, static_cast<char>('a' + round));
+    RunOptions options;
+    options.timeout = 180s;
+    const RunResult r = sh("exec cat", round % 2 ? "core" : "workspace", data, options);
+    ASSERT_FALSE(r.timed_out) << "round " << round << ": stalled after " << r.out.size()
+                              << " bytes";
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_EQ(r.out.size(), data.size()) << "round " << round;
+  }
+}
+
+TEST_F(FramedStdioTest, StderrStdinEofAndExitCodes) {
+  const RunResult r = sh("echo to-out; echo to-err >&2; exec wc -c", "workspace", "hello");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "to-out\n5\n");
+  EXPECT_EQ(r.err, "to-err\n");
+  EXPECT_EQ(sh("exit 42").exit_code, 42);
+  EXPECT_EQ(sh("kill -TERM $$").exit_code, 128 + SIGTERM);
+  const RunResult big = sh("head -c 3000000 /dev/zero | tr '\\0' x; exit 3");
+  EXPECT_EQ(big.exit_code, 3);
+  EXPECT_EQ(big.out.size(), 3000000u);
+}
+
+TEST_F(FramedStdioTest, ClientSigkillWhileChildIgnoresStdin) {
+  RunningClient client(caller(),
+                       {daemon_->client(), "security", "launch", "--role", "workspace",
+                        "--project-root", project_, "--stdio", "--socket", daemon_->socket_path()},
+                       client_env_);
+  ASSERT_TRUE(client.write_all("echo ready; exec sleep 1000\n"));
+  ASSERT_TRUE(client.read_until("ready", 20s));
+  fcntl(client.stdin_fd(), F_SETFL, O_NONBLOCK);
+  const std::string chunk(1 << 20, 'z');
+  for (int i = 0; i < 16; ++i) {
+    if (write(client.stdin_fd(), chunk.data(), chunk.size()) < 0) break;
+  }
+  kill(client.pid(), SIGKILL);
+  client.wait(5s);
+  EXPECT_TRUE(eventually([] { return processes_of(workspace_user().uid).empty(); }, 1s));
+}
 
 TEST_F(FoundationTest, RunsAsRoleUserWithFixedEnvironment) {
   const RunResult r = sh("id -u; echo $PANDO_PROCESS_ROLE; echo $HOME");
@@ -78,21 +145,6 @@ TEST_F(FoundationTest, BinarySafeRoundTripOf100MiB) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_EQ(r.out.size(), data.size());
   EXPECT_EQ(sha256(r.out), sha256(data));
-}
-
-// Regression: a stale readiness event once made the daemon take a drained
-// stdout pipe for EOF, stalling the stream (and losing output at exit). Many
-// rounds of "socket writable, pipe readable" in one epoll batch reproduced it.
-TEST_F(FoundationTest, LongStreamsInBothDirectionsNeverStall) {
-  for (int round = 0; round < 3; ++round) {
-    std::string data(96u << 20, static_cast<char>('a' + round));
-    RunOptions options;
-    options.timeout = 180s;
-    const RunResult r = sh("exec cat", round % 2 ? "core" : "workspace", data, options);
-    ASSERT_FALSE(r.timed_out) << "round " << round << ": stalled after " << r.out.size() << " bytes";
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    ASSERT_EQ(r.out.size(), data.size()) << "round " << round;
-  }
 }
 
 TEST_F(FoundationTest, AllByteValuesSurviveBothWays) {
@@ -234,6 +286,43 @@ TEST_F(FoundationTest, RejectionsReachRawClientsWithTheirCodes) {
   EXPECT_EQ(reject_code_for_root(project_, static_cast<v1::Role>(9)), v1::ERROR_UNKNOWN_ROLE);
   EXPECT_EQ(reject_code_for_root(project_, v1::ROLE_UNSPECIFIED), v1::ERROR_UNKNOWN_ROLE);
 
+  {  // direct stdio: only a readable and a writable pipe, nothing else
+    int pipe_a[2], pipe_b[2];
+    ASSERT_EQ(pipe(pipe_a), 0);
+    ASSERT_EQ(pipe(pipe_b), 0);
+    const int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    const std::string request =
+        RawClient(daemon_->socket_path(), caller()).launch_request(v1::ROLE_WORKSPACE, project_);
+    const std::vector<std::vector<int>> bad = {
+        {devnull, pipe_b[1]},              // a character device as stdin
+        {pipe_a[0], devnull},              // ... as stdout
+        {pipe_a[1], pipe_b[1]},            // stdin is a write end
+        {pipe_a[0], pipe_b[0]},            // stdout is a read end
+        {pipe_a[0]},                       // one fd
+        {pipe_a[0], pipe_b[1], pipe_b[1]}  // three fds
+    };
+    for (const auto& fds : bad) {
+      RawClient client(daemon_->socket_path(), caller());
+      client.send_preface();
+      client.send_frame_with_fds(v1::FRAME_LAUNCH_REQUEST, request, fds);
+      EXPECT_EQ(expect_rejected(client).code(), v1::ERROR_BAD_STDIO_FDS) << fds.size();
+    }
+    {  // stdin frames on a direct-stdio session
+      RawClient client(daemon_->socket_path(), caller());
+      client.send_preface();
+      client.send_frame_with_fds(v1::FRAME_LAUNCH_REQUEST, request, {pipe_a[0], pipe_b[1]});
+      auto accepted = client.read_frame(20s);
+      ASSERT_TRUE(accepted.has_value());
+      EXPECT_EQ(accepted->type, v1::FRAME_ACCEPTED);
+      client.send_frame(v1::FRAME_STDIN_DATA, "x");
+      auto rejected = client.read_until(v1::FRAME_REJECTED, 20s);
+      ASSERT_TRUE(rejected.has_value());
+      v1::Rejected message;
+      message.ParseFromArray(rejected->payload.data(), static_cast<int>(rejected->payload.size()));
+      EXPECT_EQ(message.code(), v1::ERROR_UNEXPECTED_FRAME);
+    }
+    for (int fd : {pipe_a[0], pipe_a[1], pipe_b[0], pipe_b[1], devnull}) close(fd);
+  }
   {  // root is never a caller
     RawClient client(daemon_->socket_path(), TestUser{"root", 0, 0});
     client.send_preface();

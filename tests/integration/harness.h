@@ -158,6 +158,9 @@ class RawClient {
   bool send_bytes(const std::string& bytes);
   bool send_preface();
   bool send_frame(pando::helper::v1::FrameType type, const std::string& payload);
+  // The frame in one sendmsg() with `fds` attached (SCM_RIGHTS).
+  bool send_frame_with_fds(pando::helper::v1::FrameType type, const std::string& payload,
+                           const std::vector<int>& fds);
   std::string launch_request(pando::helper::v1::Role role, const std::string& root);
   // Next frame, or nullopt on EOF/timeout.
   std::optional<wire::FrameDecoder::Frame> read_frame(std::chrono::milliseconds timeout);
