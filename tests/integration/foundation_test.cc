@@ -52,6 +52,25 @@ class FoundationTest : public ::testing::Test {
     client.send_frame(v1::FRAME_LAUNCH_REQUEST, client.launch_request(role, root));
     return expect_rejected(client).code();
   }
+  // The client is SIGKILLed while every buffer towards a child that never
+  // reads stdin is full: the daemon must notice the hang-up anyway.
+  void expect_client_sigkill_ends_a_session_that_ignores_stdin() {
+    RunningClient client(
+        caller(),
+        {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root", project_,
+         "--stdio", "--socket", daemon_->socket_path()},
+        client_env_);
+    ASSERT_TRUE(client.write_all("echo ready; exec sleep 1000\n"));
+    ASSERT_TRUE(client.read_until("ready", 20s));
+    fcntl(client.stdin_fd(), F_SETFL, O_NONBLOCK);
+    const std::string chunk(1 << 20, 'z');
+    for (int i = 0; i < 16; ++i) {
+      if (write(client.stdin_fd(), chunk.data(), chunk.size()) < 0) break;
+    }
+    kill(client.pid(), SIGKILL);
+    client.wait(5s);
+    EXPECT_TRUE(eventually([] { return processes_of(workspace_user().uid).empty(); }, 1s));
+  }
   void expect_still_serving() {
     const RunResult r = sh("echo alive");
     EXPECT_EQ(r.exit_code, 0) << r.err << daemon_->log();
@@ -112,20 +131,7 @@ TEST_F(FramedStdioTest, StderrStdinEofAndExitCodes) {
 }
 
 TEST_F(FramedStdioTest, ClientSigkillWhileChildIgnoresStdin) {
-  RunningClient client(caller(),
-                       {daemon_->client(), "security", "launch", "--role", "workspace",
-                        "--project-root", project_, "--stdio", "--socket", daemon_->socket_path()},
-                       client_env_);
-  ASSERT_TRUE(client.write_all("echo ready; exec sleep 1000\n"));
-  ASSERT_TRUE(client.read_until("ready", 20s));
-  fcntl(client.stdin_fd(), F_SETFL, O_NONBLOCK);
-  const std::string chunk(1 << 20, 'z');
-  for (int i = 0; i < 16; ++i) {
-    if (write(client.stdin_fd(), chunk.data(), chunk.size()) < 0) break;
-  }
-  kill(client.pid(), SIGKILL);
-  client.wait(5s);
-  EXPECT_TRUE(eventually([] { return processes_of(workspace_user().uid).empty(); }, 1s));
+  expect_client_sigkill_ends_a_session_that_ignores_stdin();
 }
 
 TEST_F(FoundationTest, RunsAsRoleUserWithFixedEnvironment) {
@@ -217,20 +223,7 @@ TEST_F(FoundationTest, ClientSigkillTakesTheWholeTreeWithinASecond) {
 }
 
 TEST_F(FoundationTest, ClientSigkillWhileChildIgnoresStdin) {
-  RunningClient client(
-      caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
-                 project_, "--stdio", "--socket", daemon_->socket_path()});
-  ASSERT_TRUE(client.write_all("echo ready; exec sleep 1000\n"));
-  ASSERT_TRUE(client.read_until("ready", 20s));
-  // Fill every buffer between client and child: the child never reads it.
-  fcntl(client.stdin_fd(), F_SETFL, O_NONBLOCK);
-  const std::string chunk(1 << 20, 'z');
-  for (int i = 0; i < 16; ++i) {
-    if (write(client.stdin_fd(), chunk.data(), chunk.size()) < 0) break;
-  }
-  kill(client.pid(), SIGKILL);
-  client.wait(5s);
-  EXPECT_TRUE(eventually([] { return processes_of(workspace_user().uid).empty(); }, 1s));
+  expect_client_sigkill_ends_a_session_that_ignores_stdin();
 }
 
 TEST_F(FoundationTest, FiftyConcurrentSessions) {
