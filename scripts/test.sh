@@ -67,7 +67,7 @@ fi
 
 echo "== ASan+UBSan: unit and integration tests"
 if build build/asan -DCMAKE_BUILD_TYPE=Debug -DPANDO_SANITIZE=ON; then
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:quarantine_size_mb=16 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_ctest build/asan -LE packaging
 fi
 
