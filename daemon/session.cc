@@ -198,12 +198,14 @@ void Session::handle_status_request(const std::vector<uint8_t>& payload) {
     return reject(v1::ERROR_MALFORMED_REQUEST, "status request does not parse");
   }
   const v1::Status status = daemon_.status(peer_, request.project_root());
-  const auto frame = wire::encode_message_frame(v1::FRAME_STATUS, status);
+  // The buffer must outlive the asynchronous write: the handler owns it.
+  auto frame =
+      std::make_shared<std::vector<uint8_t>>(wire::encode_message_frame(v1::FRAME_STATUS, status));
   state_ = State::kClosed;
-  asio::async_write(
-      socket_, asio::buffer(frame),
-      [self = shared_from_this(), keep = std::make_shared<std::vector<uint8_t>>(frame)](
-          const boost::system::error_code&, size_t) { self->close(); });
+  asio::async_write(socket_, asio::buffer(*frame),
+                    [self = shared_from_this(), frame](const boost::system::error_code&, size_t) {
+                      self->close();
+                    });
 }
 
 void Session::handle_launch_request(const std::vector<uint8_t>& payload) {

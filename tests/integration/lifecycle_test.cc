@@ -174,6 +174,25 @@ class LifecycleTest : public ::testing::Test {
     return launch(*daemon_, caller(), role, project_, options);
   }
 
+  // A daemon whose workspace role has kBombLimits, and a session of it running
+  // kBomb that has already hit pids.max; nullptr (with a failure) otherwise.
+  std::unique_ptr<RunningClient> start_fork_bomb() {
+    DaemonOptions options;
+    options.workspace_argv_text = role_with_limits(kBombLimits);
+    start_daemon(options);
+    auto bomb = open_session();
+    const bool hit_max =
+        bomb->write_all(kBomb) && bomb->read_until("bombing\n", 20s) &&
+        eventually(
+            [] {
+              const std::string dir = dir_in(session_cgroup_dirs(), "pids");
+              return !dir.empty() && read_keyed(dir + "/pids.events", "max").value_or(0) > 0;
+            },
+            30s);
+    EXPECT_TRUE(hit_max) << "the fork bomb never reached pids.max: " << daemon_->log();
+    return hit_max ? std::move(bomb) : nullptr;
+  }
+
   // Writes a line to a session running `exec cat` and reads it back.
   static bool echo_round_trip(RunningClient& client, const std::string& line) {
     return client.write_all(line + "\n") && client.read_until(line + "\n", 10s);
@@ -450,16 +469,8 @@ TEST_F(LifecycleTest, ClientSigkillTakesDetachedSetsidProcessesWithinASecond) {
 }
 
 TEST_F(LifecycleTest, ClientSigkillDuringAForkBombLeavesNothing) {
-  DaemonOptions options;
-  options.workspace_argv_text = role_with_limits(kBombLimits);
-  start_daemon(options);
-  auto bomb = open_session();
-  ASSERT_TRUE(bomb->write_all(kBomb));
-  ASSERT_TRUE(bomb->read_until("bombing\n", 20s)) << daemon_->log();
-  const std::string pids = dir_in(session_cgroup_dirs(), "pids");
-  ASSERT_FALSE(pids.empty());
-  ASSERT_TRUE(
-      eventually([&] { return read_keyed(pids + "/pids.events", "max").value_or(0) > 0; }, 30s));
+  auto bomb = start_fork_bomb();
+  ASSERT_TRUE(bomb);
 
   kill(bomb->pid(), SIGKILL);
   bomb->wait(5s);
@@ -471,22 +482,15 @@ TEST_F(LifecycleTest, ClientSigkillDuringAForkBombLeavesNothing) {
 }
 
 TEST_F(LifecycleTest, RestartedDaemonRemovesAStaleForkBomb) {
-  DaemonOptions options;
-  options.workspace_argv_text = role_with_limits(kBombLimits);
-  start_daemon(options);
-  auto bomb = open_session();
-  ASSERT_TRUE(bomb->write_all(kBomb));
-  ASSERT_TRUE(bomb->read_until("bombing\n", 20s)) << daemon_->log();
-  const auto stale = session_cgroup_dirs();
-  const std::string pids = dir_in(stale, "pids");
-  ASSERT_FALSE(pids.empty());
-  ASSERT_TRUE(
-      eventually([&] { return read_keyed(pids + "/pids.events", "max").value_or(0) > 0; }, 30s));
+  auto bomb = start_fork_bomb();
+  ASSERT_TRUE(bomb);
 
   daemon_->kill_hard();
   bomb->wait(20s);
   ASSERT_FALSE(processes_of(workspace_user().uid).empty()) << "the bomb died with the daemon";
 
+  DaemonOptions options;
+  options.workspace_argv_text = role_with_limits(kBombLimits);
   Daemon restarted(options);
   EXPECT_TRUE(eventually([] { return processes_of(workspace_user().uid).empty(); }, 5s))
       << processes_of(workspace_user().uid).size() << " stale processes left";
@@ -495,16 +499,8 @@ TEST_F(LifecycleTest, RestartedDaemonRemovesAStaleForkBomb) {
 }
 
 TEST_F(LifecycleTest, DaemonSigtermDuringAForkBombEndsItWithAReason) {
-  DaemonOptions options;
-  options.workspace_argv_text = role_with_limits(kBombLimits);
-  start_daemon(options);
-  auto bomb = open_session();
-  ASSERT_TRUE(bomb->write_all(kBomb));
-  ASSERT_TRUE(bomb->read_until("bombing\n", 20s)) << daemon_->log();
-  const std::string pids = dir_in(session_cgroup_dirs(), "pids");
-  ASSERT_FALSE(pids.empty());
-  ASSERT_TRUE(
-      eventually([&] { return read_keyed(pids + "/pids.events", "max").value_or(0) > 0; }, 30s));
+  auto bomb = start_fork_bomb();
+  ASSERT_TRUE(bomb);
 
   const int daemon_status = daemon_->stop();
   EXPECT_TRUE(WIFEXITED(daemon_status) && WEXITSTATUS(daemon_status) == 0) << daemon_->log();
