@@ -84,13 +84,14 @@ std::vector<char*> to_argv(google::protobuf::RepeatedPtrField<std::string>* item
 // The role process: credentials, process state, Landlock, seccomp, exec.
 // A failure is written to `error_fd` (close-on-exec, so a successful exec
 // leaves it empty) for init to report.
-[[noreturn]] void become_role(SandboxPlan& plan, int error_fd) {
+[[noreturn]] void become_role(SandboxPlan& plan, const sb::SeccompProgram& seccomp,
+                              int error_fd) {
   try {
     sb::drop_to_role_user(plan.ids());
     if (chdir(plan.project_root().c_str()) != 0) sb::throw_errno("chdir to the project root");
     sb::reset_process_state(plan, error_fd);
     sb::apply_landlock(plan);
-    sb::install_seccomp_filter();
+    sb::install_seccomp_program(seccomp);
   } catch (const sb::SetupError& e) {
     fail_role(error_fd, std::to_string(e.code()) + " " + e.what());
   }
@@ -125,6 +126,8 @@ int main() {
   pid_t role_pid = -1;
   SandboxPlan plan;
   try {
+    // Compiled before the plan arrives: it does not depend on it.
+    const sb::SeccompProgram seccomp = sb::build_seccomp_program();
     plan = receive_plan();
     sb::finish_namespaces();
     sb::build_filesystem_view(plan);
@@ -136,7 +139,7 @@ int main() {
     if (role_pid < 0) sb::throw_errno("fork");
     if (role_pid == 0) {
       close(error_pipe[0]);
-      become_role(plan, error_pipe[1]);
+      become_role(plan, seccomp, error_pipe[1]);
     }
     close(error_pipe[1]);
     check_role_started(error_pipe[0]);

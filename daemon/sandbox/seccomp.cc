@@ -1,10 +1,15 @@
 #include "daemon/sandbox/seccomp.h"
 
 #include <asm/unistd.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -12,8 +17,10 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "daemon/sandbox/setup_error.h"
 
 #if !defined(__x86_64__)
@@ -238,15 +245,7 @@ void add_rule(const Filter& filter, const Rule& rule) {
 
 }  // namespace
 
-void install_seccomp_filter() {
-  // Checked here rather than set: the order of the launch steps is main.cc's business, and a
-  // filter loaded without it by a process that still has CAP_SYS_ADMIN would hide a wrong order.
-  const int nnp = prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0);
-  if (nnp < 0) throw_errno("prctl(PR_GET_NO_NEW_PRIVS)");
-  if (nnp != 1) {
-    throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
-                     "seccomp: PR_SET_NO_NEW_PRIVS is not set");
-  }
+SeccompProgram build_seccomp_program() {
   if (seccomp_arch_native() != SCMP_ARCH_X86_64) {
     throw SetupError(pando::helper::v1::ERROR_SANDBOX_UNSUPPORTED,
                      "seccomp: the policy is written for x86_64 only");
@@ -256,15 +255,57 @@ void install_seccomp_filter() {
   if (!filter) throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED, "seccomp_init failed");
   int rc = seccomp_attr_set(filter.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
   if (rc != 0) throw_seccomp("setting the bad-arch action", rc);
-  rc = seccomp_attr_set(filter.get(), SCMP_FLTATR_CTL_NNP, 0);
-  if (rc != 0) throw_seccomp("leaving no_new_privs alone", rc);
   rc = seccomp_attr_set(filter.get(), SCMP_FLTATR_API_SYSRAWRC, 1);
   if (rc != 0) throw_seccomp("asking for kernel error codes", rc);
 
   for (const Rule& rule : kPolicy) add_rule(filter, rule);
 
-  rc = seccomp_load(filter.get());
-  if (rc != 0) throw_seccomp("loading the filter", rc);
+  // libseccomp 2.5 exports only to a file descriptor (seccomp_export_bpf_mem is 2.6).
+  const pando::UniqueFd memfd(memfd_create("pando-seccomp-bpf", MFD_CLOEXEC));
+  if (memfd.get() < 0) throw_errno("memfd_create for the seccomp program");
+  rc = seccomp_export_bpf(filter.get(), memfd.get());
+  if (rc != 0) throw_seccomp("exporting the filter", rc);
+  struct stat st {};
+  if (fstat(memfd.get(), &st) != 0) throw_errno("fstat of the seccomp program");
+  const auto bytes = static_cast<size_t>(st.st_size);
+  if (bytes == 0 || bytes % sizeof(sock_filter) != 0 ||
+      bytes / sizeof(sock_filter) > BPF_MAXINSNS) {
+    throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+                     "seccomp: the exported filter has " + std::to_string(bytes) + " bytes");
+  }
+  std::vector<sock_filter> instructions(bytes / sizeof(sock_filter));
+  for (size_t done = 0; done < bytes;) {
+    const ssize_t n = pread(memfd.get(), reinterpret_cast<char*>(instructions.data()) + done,
+                            bytes - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno("reading the seccomp program");
+    if (n == 0) {
+      throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+                       "seccomp: the exported filter is shorter than its size");
+    }
+    done += static_cast<size_t>(n);
+  }
+  return SeccompProgram(std::move(instructions));
+}
+
+void install_seccomp_program(const SeccompProgram& program) {
+  // Checked here rather than set: the order of the launch steps is main.cc's business, and a
+  // filter loaded without it by a process that still has CAP_SYS_ADMIN would hide a wrong order.
+  const int nnp = prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0);
+  if (nnp < 0) throw_errno("prctl(PR_GET_NO_NEW_PRIVS)");
+  if (nnp != 1) {
+    throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+                     "seccomp: PR_SET_NO_NEW_PRIVS is not set");
+  }
+  // The kernel only reads the program. Flags 0 is what seccomp_load() passed for this filter
+  // (no TSYNC, LOG, SPEC_ALLOW or NEW_LISTENER attribute is set): the launcher is
+  // single-threaded, denials are not logged, and the kernel keeps its default speculation
+  // mitigations for the role.
+  const sock_fprog fprog{static_cast<unsigned short>(program.instructions().size()),
+                         const_cast<sock_filter*>(program.instructions().data())};
+  if (syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) != 0) {
+    throw_errno("seccomp(SECCOMP_SET_MODE_FILTER)");
+  }
 }
 
 std::vector<SeccompPolicyEntry> seccomp_policy() {

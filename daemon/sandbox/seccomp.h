@@ -1,14 +1,34 @@
 #pragma once
 
+#include <linux/filter.h>
+
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pando::sandbox {
 
-// Installs the seccomp filter (policy table in seccomp.cc, listed in
-// SECURITY.md). Needs PR_SET_NO_NEW_PRIVS already set. Last step before exec.
+// The seccomp filter (policy table in seccomp.cc, listed in SECURITY.md) compiled to classic
+// BPF, ready for the kernel. Built once, before the request: it depends on nothing in the plan.
+class SeccompProgram {
+ public:
+  explicit SeccompProgram(std::vector<sock_filter> instructions)
+      : instructions_(std::move(instructions)) {}
+
+  const std::vector<sock_filter>& instructions() const { return instructions_; }
+
+ private:
+  std::vector<sock_filter> instructions_;
+};
+
+// Compiles the policy with libseccomp. Leaves the calling process's own filter alone.
 // Throws SetupError.
-void install_seccomp_filter();
+SeccompProgram build_seccomp_program();
+
+// Installs `program` on the calling thread with the raw seccomp() syscall: no libseccomp, no
+// allocation, no kernel feature probes. Needs PR_SET_NO_NEW_PRIVS already set. Last step before
+// exec. Throws SetupError.
+void install_seccomp_program(const SeccompProgram& program);
 
 // One row of the seccomp policy, for `security status` and SECURITY.md.
 struct SeccompPolicyEntry {
@@ -19,7 +39,7 @@ struct SeccompPolicyEntry {
   std::string reason;
 };
 
-// The policy install_seccomp_filter() installs: every syscall not listed is allowed.
+// The policy build_seccomp_program() compiles: every syscall not listed is allowed.
 std::vector<SeccompPolicyEntry> seccomp_policy();
 
 }  // namespace pando::sandbox

@@ -41,7 +41,7 @@ namespace {
 
 // Exit codes of a child beyond errno values (which stay below 200).
 constexpr int kSucceeded = 200;      // the syscall under test returned >= 0
-constexpr int kInstallFailed = 201;  // install_seccomp_filter() threw
+constexpr int kInstallFailed = 201;  // install_seccomp_program() threw
 constexpr int kCheckFailed = 202;    // an ordinary operation failed under the filter
 constexpr long kBad = -1;            // invalid fd, pointer, flags and length at once
 
@@ -52,6 +52,12 @@ std::string describe(int status) {
   if (WIFEXITED(status)) return exited(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return killed(WTERMSIG(status));
   return "status " + std::to_string(status);
+}
+
+// Built once in the test runner and installed in forked children, as the launcher does.
+const SeccompProgram& policy_program() {
+  static const SeccompProgram program = build_seccomp_program();
+  return program;
 }
 
 int wait_for(pid_t pid) {
@@ -66,6 +72,7 @@ int wait_for(pid_t pid) {
 // leaves its terminal (vhangup, TIOCSTI must have none to act on if the filter were missing)
 // and dumps no core when killed by SIGSYS.
 std::string run_child(const std::function<int()>& body, bool install = true) {
+  const SeccompProgram& program = policy_program();
   std::fflush(nullptr);
   const pid_t pid = fork();
   if (pid < 0) return std::string("fork: ") + std::strerror(errno);
@@ -75,7 +82,7 @@ std::string run_child(const std::function<int()>& body, bool install = true) {
     if (install) {
       if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) _exit(kInstallFailed);
       try {
-        install_seccomp_filter();
+        install_seccomp_program(program);
       } catch (const std::exception&) {
         _exit(kInstallFailed);
       }
@@ -123,9 +130,68 @@ TEST(SeccompTest, RefusesWithoutNoNewPrivs) {
   EXPECT_EQ(run_child(
                 [] {
                   try {
-                    install_seccomp_filter();
+                    install_seccomp_program(policy_program());
                   } catch (const SetupError&) {
                     return 0;
+                  }
+                  return kSucceeded;
+                },
+                /*install=*/false),
+            exited(0));
+}
+
+bool same_bytes(const std::vector<sock_filter>& a, const std::vector<sock_filter>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+}
+
+bool process_is_filtered() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Seccomp:\t", 0) == 0) return line != "Seccomp:\t0";
+  }
+  return true;
+}
+
+// The launcher builds once and installs in each role process; the program must not depend on
+// when it was built, and building must not filter the builder.
+TEST(SeccompTest, BuildIsDeterministicAndLeavesTheBuilderUnfiltered) {
+  const SeccompProgram first = build_seccomp_program();
+  const SeccompProgram second = build_seccomp_program();
+  EXPECT_GT(first.instructions().size(), 100u);
+  EXPECT_TRUE(same_bytes(first.instructions(), second.instructions()));
+  EXPECT_FALSE(process_is_filtered());
+}
+
+TEST(SeccompTest, ProgramBuiltBeforeForkDeniesAndAllowsInTheChild) {
+  const SeccompProgram program = build_seccomp_program();
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0) << std::strerror(errno);
+  if (pid == 0) {
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) _exit(kInstallFailed);
+    try {
+      install_seccomp_program(program);
+    } catch (const std::exception&) {
+      _exit(kInstallFailed);
+    }
+    if (raw(__NR_mount) != EPERM) _exit(1);
+    if (raw(__NR_getppid, 0, 0, 0, 0, 0, 0) != kSucceeded) _exit(2);
+    _exit(process_is_filtered() ? 0 : 3);
+  }
+  EXPECT_EQ(describe(wait_for(pid)), exited(0));
+}
+
+TEST(SeccompTest, InstallReportsAKernelRefusal) {
+  EXPECT_EQ(run_child(
+                [] {
+                  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) return kInstallFailed;
+                  try {
+                    install_seccomp_program(SeccompProgram({}));  // the kernel wants >= 1
+                  } catch (const SetupError& e) {
+                    return std::string(e.what()).find(std::strerror(EINVAL)) != std::string::npos
+                               ? 0
+                               : kCheckFailed;
                   }
                   return kSucceeded;
                 },
@@ -315,8 +381,14 @@ TEST(SeccompTest, Int80IsKilledBySigsys) {
   EXPECT_EQ(run_child(int80_getpid), killed(SIGSYS));
 }
 
-// The filter as the kernel holds it, read back through ptrace from a child that loaded it.
-std::vector<sock_filter> loaded_filter() {
+struct LoadedFilter {
+  std::vector<sock_filter> program;  // empty if it could not be read
+  uint64_t flags = ~uint64_t{0};     // the flags the kernel keeps (SECCOMP_FILTER_FLAG_LOG)
+};
+
+// The filter as the kernel holds it, read back through ptrace from a child that installed
+// `program`.
+LoadedFilter loaded_filter(const SeccompProgram& program) {
   std::fflush(nullptr);
   const pid_t pid = fork();
   if (pid < 0) return {};
@@ -324,25 +396,32 @@ std::vector<sock_filter> loaded_filter() {
     if (ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) < 0) _exit(kCheckFailed);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) _exit(kInstallFailed);
     try {
-      install_seccomp_filter();
+      install_seccomp_program(program);
     } catch (const std::exception&) {
       _exit(kInstallFailed);
     }
     raise(SIGSTOP);
     _exit(0);
   }
-  std::vector<sock_filter> program;
+  LoadedFilter loaded;
   int status = 0;
   if (waitpid(pid, &status, 0) == pid && WIFSTOPPED(status)) {
     const long count = ptrace(PTRACE_SECCOMP_GET_FILTER, pid, 0, nullptr);
     if (count > 0) {
-      program.resize(static_cast<size_t>(count));
-      if (ptrace(PTRACE_SECCOMP_GET_FILTER, pid, 0, program.data()) != count) program.clear();
+      loaded.program.resize(static_cast<size_t>(count));
+      if (ptrace(PTRACE_SECCOMP_GET_FILTER, pid, 0, loaded.program.data()) != count) {
+        loaded.program.clear();
+      }
+    }
+    __ptrace_seccomp_metadata metadata{};
+    if (ptrace(PTRACE_SECCOMP_GET_METADATA, pid, sizeof(metadata), &metadata) ==
+        static_cast<long>(sizeof(metadata))) {
+      loaded.flags = metadata.flags;
     }
   }
   kill(pid, SIGKILL);
   wait_for(pid);
-  return program;
+  return loaded;
 }
 
 // Runs a classic BPF seccomp program on one syscall, for the instructions libseccomp emits.
@@ -386,7 +465,7 @@ std::optional<uint32_t> evaluate(const std::vector<sock_filter>& program,
 
 // Holds on kernels without the i386 ABI too, where int $0x80 never reaches seccomp.
 TEST(SeccompTest, LoadedFilterKillsForeignArchitectures) {
-  const std::vector<sock_filter> program = loaded_filter();
+  const std::vector<sock_filter> program = loaded_filter(policy_program()).program;
   ASSERT_FALSE(program.empty());
   const auto action = [&](uint32_t arch, int nr) {
     seccomp_data data{};
@@ -404,6 +483,15 @@ TEST(SeccompTest, LoadedFilterKillsForeignArchitectures) {
   }
   EXPECT_EQ(action(AUDIT_ARCH_X86_64, __NR_getpid).value_or(kNotSeen), SECCOMP_RET_ALLOW);
   EXPECT_EQ(action(AUDIT_ARCH_X86_64, __NR_mount).value_or(kNotSeen), SECCOMP_RET_ERRNO | EPERM);
+}
+
+// The kernel keeps what was built, instruction for instruction, and no flag: the program is
+// installed as libseccomp's seccomp_load() installed it (flags 0, so no SECCOMP_FILTER_FLAG_LOG).
+TEST(SeccompTest, KernelHoldsTheBuiltProgramWithoutFlags) {
+  const LoadedFilter loaded = loaded_filter(policy_program());
+  ASSERT_FALSE(loaded.program.empty());
+  EXPECT_TRUE(same_bytes(loaded.program, policy_program().instructions()));
+  EXPECT_EQ(loaded.flags, 0u);
 }
 
 TEST(SeccompTest, X32SyscallIsKilledBySigsys) {
@@ -440,6 +528,7 @@ struct ProbeRun {
 };
 
 ProbeRun run_probe(const std::vector<std::string>& args) {
+  const SeccompProgram& program = policy_program();
   int out[2];
   if (pipe2(out, O_CLOEXEC) < 0) return {std::string("pipe: ") + std::strerror(errno), ""};
   ProbeRun run;
@@ -452,7 +541,7 @@ ProbeRun run_probe(const std::vector<std::string>& args) {
     if (dup2(out[1], STDOUT_FILENO) < 0) _exit(kCheckFailed);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) _exit(kInstallFailed);
     try {
-      install_seccomp_filter();
+      install_seccomp_program(program);
     } catch (const std::exception&) {
       _exit(kInstallFailed);
     }
