@@ -91,12 +91,10 @@ void init_client_log() {
   } else {
     return;
   }
-  try {
-    pando::log::init("security_helper_client", path, spdlog::level::info);
-  } catch (const std::exception&) {
-    // Logging must never break the session's stdio; run without it.
-    pando::log::disable();
-  }
+  // Opened once: spdlog's own file sink retries a failed open for 50 ms, on
+  // every launch. Without a log file the client runs silently: the session's
+  // stdio is the agent's.
+  pando::log::init_file_once("security_helper_client", path, spdlog::level::info);
 }
 
 // A relative project root is taken from the working directory; the daemon

@@ -1,8 +1,15 @@
 #include "common/json_log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <spdlog/details/null_mutex.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
+#include <unistd.h>
+
+#include "common/unique_fd.h"
 
 namespace pando::log {
 
@@ -10,6 +17,42 @@ namespace {
 
 std::shared_ptr<spdlog::logger> g_logger;
 std::string g_prefix;
+
+// Writes each formatted line with one write(2) on an fd opened by the caller.
+// Write errors drop the line: logging must never disturb the session.
+class FdSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
+ public:
+  explicit FdSink(UniqueFd fd) : fd_(std::move(fd)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    const char* data = line.data();
+    size_t left = line.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd_.get(), data, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      data += n;
+      left -= static_cast<size_t>(n);
+    }
+  }
+  void flush_() override {}
+
+ private:
+  UniqueFd fd_;
+};
+
+void install(std::string_view event_prefix, spdlog::sink_ptr sink,
+             spdlog::level::level_enum level) {
+  g_prefix = std::string(event_prefix);
+  g_logger = std::make_shared<spdlog::logger>("pando", std::move(sink));
+  g_logger->set_pattern(R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l",%v})",
+                        spdlog::pattern_time_type::utc);
+  g_logger->set_level(level);
+  g_logger->flush_on(spdlog::level::trace);
+}
 
 }  // namespace
 
@@ -45,21 +88,21 @@ std::string json_escape(std::string_view text) {
 }
 
 void init(std::string_view event_prefix, const std::string& path, spdlog::level::level_enum level) {
-  g_prefix = std::string(event_prefix);
   if (path.empty()) {
-    g_logger = std::make_shared<spdlog::logger>("pando",
-                                                std::make_shared<spdlog::sinks::stderr_sink_st>());
+    install(event_prefix, std::make_shared<spdlog::sinks::stderr_sink_st>(), level);
   } else {
-    g_logger = std::make_shared<spdlog::logger>(
-        "pando", std::make_shared<spdlog::sinks::basic_file_sink_st>(path, false));
+    install(event_prefix, std::make_shared<spdlog::sinks::basic_file_sink_st>(path, false), level);
   }
-  g_logger->set_pattern(R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l",%v})",
-                        spdlog::pattern_time_type::utc);
-  g_logger->set_level(level);
-  g_logger->flush_on(spdlog::level::trace);
 }
 
-void disable() { g_logger.reset(); }
+bool init_file_once(std::string_view event_prefix, const std::string& path,
+                    spdlog::level::level_enum level) {
+  g_logger.reset();
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd.valid()) return false;
+  install(event_prefix, std::make_shared<FdSink>(std::move(fd)), level);
+  return true;
+}
 
 void event(spdlog::level::level_enum level, std::string_view name,
            std::initializer_list<Field> fields) {

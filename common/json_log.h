@@ -19,10 +19,14 @@ using FieldValue =
     std::variant<std::string_view, std::string, int64_t, uint64_t, int, unsigned, bool>;
 using Field = std::pair<std::string_view, FieldValue>;
 
-// Sets the process-wide logger. `path` empty: stderr.
+// Sets the process-wide logger. `path` empty: stderr. Throws when the file
+// cannot be opened (after spdlog's own retries).
 void init(std::string_view event_prefix, const std::string& path, spdlog::level::level_enum level);
-// Disables logging (client with PANDO_DEBUG=0).
-void disable();
+// Sets the process-wide logger to append to `path`, opened once (no retries, no
+// directory creation, never through a final symlink, created 0600). On failure
+// logging stays off and false is returned; nothing is printed.
+bool init_file_once(std::string_view event_prefix, const std::string& path,
+                    spdlog::level::level_enum level);
 
 void event(spdlog::level::level_enum level, std::string_view name,
            std::initializer_list<Field> fields = {});
