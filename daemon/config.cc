@@ -20,6 +20,8 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::TextFormat;
 
+constexpr int kMaxRuntimePaths = 32;
+
 class CollectErrors : public google::protobuf::io::ErrorCollector {
  public:
   explicit CollectErrors(std::string origin) : origin_(std::move(origin)) {}
@@ -85,6 +87,11 @@ void check_role(const Checker& checker, const std::string& name, RoleConfig* rol
   if (!is_absolute_normalized(role->argv(0))) {
     checker.fail({name, "argv"}, 0, "the program must be an absolute, normalized path");
   }
+  // Each runtime path travels to the launcher as one fd of the plan message.
+  if (role->runtime_paths_size() > kMaxRuntimePaths) {
+    checker.fail({name, "runtime_paths"}, -1,
+                 "at most " + std::to_string(kMaxRuntimePaths) + " runtime paths");
+  }
   for (int i = 0; i < role->runtime_paths_size(); ++i) {
     if (!is_absolute_normalized(role->runtime_paths(i))) {
       checker.fail({name, "runtime_paths"}, i, "must be an absolute, normalized path");
@@ -148,6 +155,10 @@ DaemonConfig parse_config(const std::string& text, const std::string& origin) {
   if (config.max_sessions() == 0) checker.fail({"max_sessions"}, -1, "must be at least 1");
   if (config.max_sessions_per_uid() == 0) {
     checker.fail({"max_sessions_per_uid"}, -1, "must be at least 1");
+  }
+  if (!config.has_prestarted_sandboxes()) config.set_prestarted_sandboxes(1);
+  if (config.prestarted_sandboxes() > 16) {
+    checker.fail({"prestarted_sandboxes"}, -1, "must be at most 16");
   }
   if (!config.has_handshake_timeout_ms()) config.set_handshake_timeout_ms(5000);
   if (config.handshake_timeout_ms() < 10 || config.handshake_timeout_ms() > 600000) {

@@ -67,7 +67,8 @@ Daemon::Daemon(DaemonConfig config, DaemonOptions options)
       signals_(io_, SIGTERM, SIGINT),
       shutdown_timer_(io_),
       idle_timer_(io_),
-      cgroup_retry_timer_(io_) {}
+      cgroup_retry_timer_(io_),
+      prestart_timer_(io_) {}
 
 Daemon::~Daemon() {
   if (owns_socket_file_) unlink(socket_path_.c_str());
@@ -184,6 +185,9 @@ int Daemon::run() {
                           {"landlock_abi", sandbox::landlock_abi_version()}});
   accept_next();
   arm_idle_timer();
+  pool_.emplace(launcher_.get(), config_.prestarted_sandboxes());
+  pool_->refill();
+  arm_prestart_timer();
   notify("READY=1");
   // A handler that throws must not take every other session down with it:
   // log it and keep serving.
@@ -272,6 +276,37 @@ std::unique_ptr<SessionCgroup> Daemon::create_session_cgroup(const std::string& 
   return cgroups_->create_session(session_id, CgroupManager::limits_from_config(role.limits()));
 }
 
+StartedSandbox Daemon::take_sandbox() { return pool_->take(); }
+
+void Daemon::schedule_prestart() {
+  if (prestart_scheduled_ || pool_->size() == 0) return;
+  prestart_scheduled_ = true;
+  asio::post(io_, [this]() {
+    prestart_scheduled_ = false;
+    if (!shutting_down_) pool_->refill();
+  });
+}
+
+void Daemon::arm_prestart_timer() {
+  if (pool_->size() == 0) return;
+  prestart_timer_.expires_after(SandboxPool::kMaxIdleAge / 2);
+  prestart_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || shutting_down_) return;
+    pool_->refill();
+    arm_prestart_timer();
+  });
+}
+
+int Daemon::idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid, gid_t role_gid) {
+  // Bounded: callers are few, but a full cache just starts over.
+  constexpr size_t kMaxCached = 64;
+  const std::array<uint32_t, 4> key{caller_uid, caller_gid, role_uid, role_gid};
+  if (auto it = idmap_userns_.find(key); it != idmap_userns_.end()) return it->second.get();
+  if (idmap_userns_.size() >= kMaxCached) idmap_userns_.clear();
+  UniqueFd userns = sandbox::make_idmap_userns(caller_uid, caller_gid, role_uid, role_gid);
+  return idmap_userns_.emplace(key, std::move(userns)).first->second.get();
+}
+
 void Daemon::defer_cgroup_removal(std::unique_ptr<SessionCgroup> cgroup) {
   deferred_cgroups_.push_back(std::move(cgroup));
   retry_deferred_cgroups();
@@ -337,6 +372,8 @@ void Daemon::begin_shutdown() {
     owns_socket_file_ = false;
   }
   idle_timer_.cancel();
+  prestart_timer_.cancel();
+  if (pool_) pool_->clear();
   signals_.cancel(ignored);
   const auto live = sessions_;
   for (const auto& session : live) session->shut_down();

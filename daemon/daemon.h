@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,7 +16,9 @@
 #include "common/unique_fd.h"
 #include "daemon/cgroups.h"
 #include "daemon/config.h"
+#include "daemon/launch.h"
 #include "daemon/peer_identity.h"
+#include "daemon/sandbox_pool.h"
 #include "proto/helper.pb.h"
 #include "proto/request_validation.h"
 
@@ -40,7 +43,14 @@ class Daemon {
   boost::asio::io_context& io() { return io_; }
   const DaemonConfig& config() const { return config_; }
   const RoleConfig& role_config(const std::string& role) const;
-  int launcher_fd() const { return launcher_.get(); }
+  // A launcher for a session: pre-started when one waits, else started now.
+  // Throws std::system_error.
+  StartedSandbox take_sandbox();
+  // Tops the pre-started launchers up once the current handler returns.
+  void schedule_prestart();
+  // The user namespace that idmaps caller -> role for mounts, made once per
+  // id quadruple (no process lives in it). Throws sandbox::SetupError.
+  int idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid, gid_t role_gid);
   bool shutting_down() const { return shutting_down_; }
 
   // Session accounting: a launched session holds a reservation until it ends.
@@ -63,6 +73,7 @@ class Daemon {
   void finish_if_drained();
   void arm_idle_timer();
   void retry_deferred_cgroups();
+  void arm_prestart_timer();
   std::string new_session_id();
 
   DaemonConfig config_;
@@ -78,6 +89,10 @@ class Daemon {
   bool owns_socket_file_ = false;
   bool shutting_down_ = false;
   UniqueFd launcher_;
+  std::optional<SandboxPool> pool_;
+  boost::asio::steady_timer prestart_timer_;
+  bool prestart_scheduled_ = false;
+  std::map<std::array<uint32_t, 4>, UniqueFd> idmap_userns_;
   std::optional<CgroupManager> cgroups_;
   std::set<std::shared_ptr<Session>> sessions_;
   std::vector<std::unique_ptr<SessionCgroup>> deferred_cgroups_;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <system_error>
 
 #include "daemon/sandbox/mounts.h"
@@ -22,7 +23,7 @@ constexpr int kPipeBytes = 1 << 20;
 // Child-side fds are parked above this before being moved into place, so the
 // dup2() calls after clone3 never overwrite a source still needed.
 constexpr int kParkFloor = 64;
-constexpr int kLauncherExecFd = 7;
+constexpr int kLauncherExecFd = 4;
 
 [[noreturn]] void fail(const char* what) {
   throw std::system_error(errno, std::generic_category(), what);
@@ -43,10 +44,12 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
   fcntl(fds[0], F_SETPIPE_SZ, kPipeBytes);
 }
 
+constexpr int kMoves = 5;
+
 // Runs in the child between clone3 and exec: async-signal-safe syscalls only.
-[[noreturn]] void exec_launcher(const int (&moves)[8][2], int count) {
-  for (int i = 0; i < count; ++i) {
-    if (dup2(moves[i][0], moves[i][1]) < 0) _exit(127);
+[[noreturn]] void exec_launcher(const int (&moves)[kMoves][2]) {
+  for (const auto& move : moves) {
+    if (dup2(move[0], move[1]) < 0) _exit(127);
   }
   if (fcntl(kLauncherExecFd, F_SETFD, FD_CLOEXEC) != 0) _exit(127);
   if (syscall(SYS_close_range, kLauncherExecFd + 1, ~0U, 0) != 0) _exit(127);
@@ -59,43 +62,20 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
 
 }  // namespace
 
-StartedSandbox start_sandbox(int launcher_fd, const ResolvedProject& project,
-                             const DirectStdio* direct) {
+StartedSandbox start_sandbox(int launcher_fd, int devnull_fd) {
   StartedSandbox started;
-  UniqueFd child_stdin, child_stdout, child_stderr;
-  if (direct == nullptr) {
-    make_pipe(child_stdin, started.stdin_write);
-    make_pipe(started.stdout_read, child_stdout);
-  }
-  make_pipe(started.stderr_read, child_stderr);
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) fail("socketpair");
   started.control.reset(pair[0]);
   UniqueFd child_control(pair[1]);
 
-  UniqueFd parked[8];
-  int moves[8][2];
-  int count = 0;
-  auto plan_move = [&](int source, int target) {
-    parked[count] = park(source);
-    moves[count][0] = parked[count].get();
-    moves[count][1] = target;
-    ++count;
-  };
-  plan_move(direct != nullptr ? direct->stdin_read.get() : child_stdin.get(), 0);
-  plan_move(direct != nullptr ? direct->stdout_write.get() : child_stdout.get(), 1);
-  plan_move(child_stderr.get(), 2);
-  plan_move(child_control.get(), sandbox::kControlFd);
-  // Detached copies of the caller's directories: only in this (the daemon's)
-  // mount namespace can they be cloned; the launcher mounts them.
-  const UniqueFd project_tree = sandbox::clone_detached_tree(project.root.get());
-  const UniqueFd sandbox_tree = sandbox::clone_detached_tree(project.sandbox_dir.get());
-  UniqueFd auth_tree;
-  if (project.auth_home.valid()) auth_tree = sandbox::clone_detached_tree(project.auth_home.get());
-  plan_move(project_tree.get(), sandbox::kProjectFd);
-  plan_move(sandbox_tree.get(), sandbox::kSandboxDirFd);
-  if (auth_tree.valid()) plan_move(auth_tree.get(), sandbox::kAuthHomeFd);
-  plan_move(launcher_fd, kLauncherExecFd);
+  const UniqueFd parked[kMoves] = {park(devnull_fd), park(devnull_fd), park(devnull_fd),
+                                   park(child_control.get()), park(launcher_fd)};
+  const int moves[kMoves][2] = {{parked[0].get(), 0},
+                                {parked[1].get(), 1},
+                                {parked[2].get(), 2},
+                                {parked[3].get(), sandbox::kControlFd},
+                                {parked[4].get(), kLauncherExecFd}};
 
   int pidfd = -1;
   struct clone_args args {};
@@ -109,7 +89,7 @@ StartedSandbox start_sandbox(int launcher_fd, const ResolvedProject& project,
   sigfillset(&all);
   if (pthread_sigmask(SIG_SETMASK, &all, &saved) != 0) fail("pthread_sigmask");
   const long pid = syscall(SYS_clone3, &args, sizeof(args));
-  if (pid == 0) exec_launcher(moves, count);
+  if (pid == 0) exec_launcher(moves);
   const int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {
@@ -118,7 +98,45 @@ StartedSandbox start_sandbox(int launcher_fd, const ResolvedProject& project,
   }
   started.pid = static_cast<pid_t>(pid);
   started.pidfd.reset(pidfd);
+  started.started_at = std::chrono::steady_clock::now();
   return started;
+}
+
+SessionStdio make_session_stdio(DirectStdio* direct) {
+  SessionStdio stdio;
+  if (direct != nullptr) {
+    stdio.child[0] = std::move(direct->stdin_read);
+    stdio.child[1] = std::move(direct->stdout_write);
+  } else {
+    make_pipe(stdio.child[0], stdio.stdin_write);
+    make_pipe(stdio.stdout_read, stdio.child[1]);
+  }
+  make_pipe(stdio.stderr_read, stdio.child[2]);
+  return stdio;
+}
+
+void send_plan(int control_fd, const std::string& plan, const std::vector<int>& fds) {
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+  iovec iov{const_cast<char*>(plan.data()), plan.size()};
+  msghdr message{};
+  message.msg_iov = &iov;
+  message.msg_iovlen = 1;
+  message.msg_control = control.data();
+  message.msg_controllen = control.size();
+  cmsghdr* c = CMSG_FIRSTHDR(&message);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  ssize_t n;
+  do {
+    n = sendmsg(control_fd, &message, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) fail("sending the plan");
+  if (static_cast<size_t>(n) != plan.size()) {
+    errno = EMSGSIZE;
+    fail("sending the plan");
+  }
 }
 
 }  // namespace pando::daemon

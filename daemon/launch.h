@@ -2,8 +2,11 @@
 
 #include <sys/types.h>
 
+#include <chrono>
+#include <string>
+#include <vector>
+
 #include "common/unique_fd.h"
-#include "daemon/project_root.h"
 
 namespace pando::daemon {
 
@@ -13,24 +16,36 @@ struct DirectStdio {
   UniqueFd stdout_write;
 };
 
-// The parent-side ends of a freshly started pando-helper-sandbox. With direct
-// stdio, stdin_write and stdout_read stay invalid.
+// A pando-helper-sandbox process started with clone3() in new mount, pid,
+// network, IPC and UTS namespaces, with /dev/null as fds 0-2 and its control
+// socket as fd 3. Until it gets a plan it only prepares what depends on no
+// request, then waits.
 struct StartedSandbox {
   pid_t pid = -1;
   UniqueFd pidfd;    // CLONE_PIDFD: signals and exit without pid reuse races
   UniqueFd control;  // SOCK_SEQPACKET: plan out, SandboxEvents in
+  std::chrono::steady_clock::time_point started_at;
+};
+
+// Starts the launcher binary (an O_PATH fd opened at daemon start). Between
+// clone3 and execveat the child only calls async-signal-safe syscalls.
+// Throws std::system_error.
+StartedSandbox start_sandbox(int launcher_fd, int devnull_fd);
+
+// The role's stdio: `child` become its fds 0-2; the daemon keeps the other
+// ends (with direct stdio, stdin_write and stdout_read stay invalid: the role
+// holds the caller's own pipes).
+struct SessionStdio {
+  UniqueFd child[3];
   UniqueFd stdin_write;
   UniqueFd stdout_read;
   UniqueFd stderr_read;
 };
+// Takes the caller's pipes out of `direct` when given. Throws std::system_error.
+SessionStdio make_session_stdio(DirectStdio* direct);
 
-// Starts the launcher binary (an O_PATH fd opened at daemon start) with
-// clone3() in new mount, pid, network, IPC and UTS namespaces, its stdio on
-// fresh pipes and the project fds at the numbers proto/sandbox.proto names.
-// Between clone3 and execveat the child only calls async-signal-safe
-// syscalls. Throws std::system_error, or sandbox::SetupError when a
-// directory cannot be cloned for mounting.
-StartedSandbox start_sandbox(int launcher_fd, const ResolvedProject& project,
-                             const DirectStdio* direct);
+// Sends the serialized plan with `fds` attached (SCM_RIGHTS), in the order
+// daemon/sandbox/main.cc expects. Throws std::system_error.
+void send_plan(int control_fd, const std::string& plan, const std::vector<int>& fds);
 
 }  // namespace pando::daemon

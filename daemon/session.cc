@@ -19,6 +19,7 @@
 #include "daemon/daemon.h"
 #include "daemon/plan.h"
 #include "daemon/project_root.h"
+#include "daemon/sandbox/mounts.h"
 #include "daemon/sandbox/setup_error.h"
 
 namespace pando::daemon {
@@ -293,15 +294,34 @@ std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& requ
   if (auto* error = std::get_if<wire::RequestError>(&plan)) return *error;
   auto& sandbox_plan = std::get<sbv1::SandboxPlan>(plan);
 
+  // The caller's directories, idmapped here: an unsupported filesystem is
+  // refused before any launcher is involved.
+  sandbox::PlanTrees trees;
+  try {
+    const sbv1::IdMapping& ids = sandbox_plan.ids();
+    const int userns =
+        daemon_.idmap_userns(ids.caller_uid(), ids.caller_gid(), ids.role_uid(), ids.role_gid());
+    trees.caller = sandbox::clone_caller_trees(
+        sandbox_plan.project_root(), project.root.get(), project.sandbox_dir.get(),
+        project.auth_home.valid() ? project.auth_home.get() : -1, userns,
+        sandbox_plan.project_writable());
+    for (const std::string& path : sandbox_plan.runtime_paths()) {
+      trees.runtime.push_back(sandbox::clone_runtime_tree(path));
+    }
+  } catch (const sandbox::SetupError& e) {
+    return wire::RequestError{e.code(), e.what()};
+  } catch (const std::exception& e) {
+    return wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};
+  }
   try {
     cgroup_ = daemon_.create_session_cgroup(id_, role_config);
   } catch (const std::exception& e) {
     return wire::RequestError{v1::ERROR_CGROUP_UNAVAILABLE, e.what()};
   }
+  SessionStdio stdio;
   try {
-    sandbox_ = start_sandbox(daemon_.launcher_fd(), project, direct_ ? &*direct_ : nullptr);
-  } catch (const sandbox::SetupError& e) {
-    return wire::RequestError{e.code(), e.what()};
+    stdio = make_session_stdio(direct_ ? &*direct_ : nullptr);
+    sandbox_ = daemon_.take_sandbox();
   } catch (const std::exception& e) {
     return wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};
   }
@@ -311,20 +331,24 @@ std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& requ
                     [self = shared_from_this()](const boost::system::error_code& ec) {
                       if (!ec) self->on_sandbox_exited();
                     });
+  // Limits and accounting hold before the role exists: the launcher waits
+  // for its plan, which comes only once it is in the session's cgroups.
   try {
     if (cgroup_) cgroup_->add_process(sandbox_.pid);
   } catch (const std::exception& e) {
     kill_sandbox();
     return wire::RequestError{v1::ERROR_CGROUP_UNAVAILABLE, e.what()};
   }
-  const std::string bytes = sandbox_plan.SerializeAsString();
-  if (send(sandbox_.control.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) !=
-      static_cast<ssize_t>(bytes.size())) {
-    const int err = errno;
+  std::vector<int> fds = {stdio.child[0].get(), stdio.child[1].get(), stdio.child[2].get(),
+                          trees.caller.project.get(), trees.caller.sandbox_dir.get()};
+  if (trees.caller.auth_home.valid()) fds.push_back(trees.caller.auth_home.get());
+  for (const UniqueFd& tree : trees.runtime) fds.push_back(tree.get());
+  try {
+    send_plan(sandbox_.control.get(), sandbox_plan.SerializeAsString(), fds);
+  } catch (const std::exception& e) {
     kill_sandbox();
-    return wire::RequestError{
-        v1::ERROR_LAUNCH_FAILED,
-        std::string("cannot hand the plan to the launcher: ") + strerror(err)};
+    return wire::RequestError{v1::ERROR_LAUNCH_FAILED,
+                              std::string("cannot hand the plan to the launcher: ") + e.what()};
   }
   control_.assign(sandbox_.control.release());
   if (direct_) {
@@ -332,12 +356,12 @@ std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& requ
     direct_.reset();
     stdout_.eof = true;
   } else {
-    stdin_.assign(sandbox_.stdin_write.release());
-    stdout_.descriptor.assign(sandbox_.stdout_read.release());
+    stdin_.assign(stdio.stdin_write.release());
+    stdout_.descriptor.assign(stdio.stdout_read.release());
     stdin_.non_blocking(true);
     stdout_.descriptor.non_blocking(true);
   }
-  stderr_.descriptor.assign(sandbox_.stderr_read.release());
+  stderr_.descriptor.assign(stdio.stderr_read.release());
   stderr_.descriptor.non_blocking(true);
   return std::nullopt;
 }
@@ -374,6 +398,9 @@ void Session::handle_control_events() {
 }
 
 void Session::handle_sandbox_event(const sbv1::SandboxEvent& event) {
+  // This launch's setup is over either way: the next launcher can start now
+  // without competing with it.
+  if (event.has_setup_failed() || event.has_started()) daemon_.schedule_prestart();
   if (event.has_setup_failed() && state_ == State::kStarting) {
     const auto code = static_cast<v1::ErrorCode>(event.setup_failed().code());
     return reject(v1::ErrorCode_IsValid(code) ? code : v1::ERROR_LAUNCH_FAILED,

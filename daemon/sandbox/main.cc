@@ -1,7 +1,8 @@
 // pando-helper-sandbox: started by pando-helperd for one session, as root, as
-// PID 1 of new mount, pid, network, IPC and UTS namespaces, already inside the
-// session's cgroups. It applies the confinement layers in the order below and
-// then stays behind as the session's init. SECURITY.md lists the same order.
+// PID 1 of new mount, pid, network, IPC and UTS namespaces, possibly before the
+// session's request exists (then it waits for the plan). It applies the
+// confinement layers in the order below and then stays behind as the session's
+// init. SECURITY.md lists the same order.
 
 #include <fcntl.h>
 #include <sys/prctl.h>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "daemon/sandbox/credentials.h"
 #include "daemon/sandbox/init.h"
 #include "daemon/sandbox/landlock.h"
@@ -27,10 +29,13 @@ namespace {
 
 namespace sb = pando::sandbox;
 namespace v1 = pando::helper::v1;
+using pando::UniqueFd;
 using pando::helper::sandbox::v1::SandboxEvent;
 using pando::helper::sandbox::v1::SandboxPlan;
 
 constexpr size_t kMaxPlanBytes = 1 << 20;
+// stdio, the caller's trees and the runtime paths (the daemon caps those).
+constexpr size_t kMaxPlanFds = 64;
 
 void send_event(const SandboxEvent& event) {
   const std::string bytes = event.SerializeAsString();
@@ -44,7 +49,16 @@ void report_setup_failure(v1::ErrorCode code, const std::string& message) {
   send_event(event);
 }
 
-SandboxPlan receive_plan() {
+// The plan and, attached with SCM_RIGHTS in this order, the role's stdin,
+// stdout and stderr, the project, the sandbox dir, the auth home (when the plan
+// has one) and one tree per runtime path.
+struct ReceivedPlan {
+  SandboxPlan plan;
+  UniqueFd stdio[3];
+  sb::PlanTrees trees;
+};
+
+ReceivedPlan receive_plan() {
   // Peek at the datagram's size first: a plan is a few KiB, and clearing a
   // maximal buffer would cost every launch.
   ssize_t size;
@@ -56,15 +70,55 @@ SandboxPlan receive_plan() {
     throw sb::SetupError(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
   }
   std::vector<char> buffer(static_cast<size_t>(size));
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPlanFds)];
+  iovec iov{buffer.data(), buffer.size()};
+  msghdr message{};
+  message.msg_iov = &iov;
+  message.msg_iovlen = 1;
+  message.msg_control = control;
+  message.msg_controllen = sizeof(control);
   ssize_t n;
   do {
-    n = recv(sb::kControlFd, buffer.data(), buffer.size(), 0);
+    n = recvmsg(sb::kControlFd, &message, MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
-  SandboxPlan plan;
-  if (n != size || !plan.ParseFromArray(buffer.data(), static_cast<int>(n))) {
+  if (n < 0) sb::throw_errno("receiving the plan");
+  std::vector<UniqueFd> fds;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds.emplace_back(fd);
+    }
+  }
+  ReceivedPlan received;
+  if (n != size || (message.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
+      !received.plan.ParseFromArray(buffer.data(), static_cast<int>(n))) {
     throw sb::SetupError(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
   }
-  return plan;
+  const SandboxPlan& plan = received.plan;
+  const size_t expected = 5 + (plan.has_auth_home() ? 1 : 0) + plan.runtime_paths_size();
+  if (fds.size() != expected) {
+    throw sb::SetupError(v1::ERROR_LAUNCH_FAILED,
+                         "the daemon sent " + std::to_string(fds.size()) + " fds, not " +
+                             std::to_string(expected));
+  }
+  auto next = fds.begin();
+  for (UniqueFd& fd : received.stdio) fd = std::move(*next++);
+  received.trees.caller.project = std::move(*next++);
+  received.trees.caller.sandbox_dir = std::move(*next++);
+  if (plan.has_auth_home()) received.trees.caller.auth_home = std::move(*next++);
+  while (next != fds.end()) received.trees.runtime.push_back(std::move(*next++));
+  return received;
+}
+
+// The role's stdio become fds 0-2 of the launcher, which the role inherits.
+void install_stdio(UniqueFd (&stdio)[3]) {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (dup2(stdio[fd].get(), fd) < 0) sb::throw_errno("dup2 role stdio");
+    stdio[fd].reset();
+  }
 }
 
 std::vector<char*> to_argv(google::protobuf::RepeatedPtrField<std::string>* items) {
@@ -126,11 +180,19 @@ int main() {
   pid_t role_pid = -1;
   SandboxPlan plan;
   try {
-    // Compiled before the plan arrives: it does not depend on it.
+    // Everything up to receive_plan() depends on no request: the daemon may
+    // start this launcher ahead of time, and it then waits for the plan here.
+    sb::set_up_namespaces();
+    sb::BaseView view = sb::build_base_view();
     const sb::SeccompProgram seccomp = sb::build_seccomp_program();
-    plan = receive_plan();
-    sb::finish_namespaces();
-    sb::build_filesystem_view(plan);
+    ReceivedPlan received = receive_plan();
+    plan = std::move(received.plan);
+    // The daemon moved us into the session's cgroups before sending the plan.
+    sb::enter_cgroup_namespace();
+    install_stdio(received.stdio);
+    sb::complete_filesystem_view(view, plan, received.trees);
+    received.trees = {};
+    view = {};
 
     int error_pipe[2];
     if (pipe2(error_pipe, O_CLOEXEC) != 0) sb::throw_errno("pipe2");

@@ -320,20 +320,29 @@ void apply_idmap(int tree_fd, int userns_fd, int fs_fd, const std::string& what)
   }
 }
 
-// Mounts the detached tree `tree_fd` (fd 4, 5 or 6) idmapped onto `target_fd`.
-void attach_idmapped(int tree_fd, int userns_fd, bool writable, int target_fd,
-                     const std::string& what) {
+// A detached, idmapped copy of the caller's directory `dir_fd`.
+UniqueFd idmapped_clone(int dir_fd, int userns_fd, bool writable, const std::string& what) {
+  UniqueFd tree(open_tree(dir_fd, "", AT_EMPTY_PATH | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (!tree.valid()) throw_errno("open_tree(OPEN_TREE_CLONE) " + what);
   std::uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
   if (!writable) attrs |= MOUNT_ATTR_RDONLY;
-  mount_attr attr{};
-  attr.attr_set = attrs;
-  if (mount_setattr(tree_fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) != 0) {
-    throw_errno(what + " (fd " + std::to_string(tree_fd) +
-                " must be a detached tree from clone_detached_tree)");
+  set_mount_attrs(tree.get(), attrs, false, what);
+  apply_idmap(tree.get(), userns_fd, dir_fd, what);
+  return tree;
+}
+
+// Mounts a caller tree from the daemon onto `target_fd`. Its root is owned by
+// the caller on disk, so it must appear owned by the role: proof that the
+// idmap is in place before the role can touch it.
+void attach_caller_tree(const UniqueFd& tree, uid_t role_uid, bool writable, int target_fd,
+                        const std::string& what) {
+  struct stat st {};
+  if (fstat(tree.get(), &st) != 0) throw_errno("fstat " + what);
+  if (st.st_uid != role_uid) {
+    fail(what + " is not idmapped to the role (owner " + std::to_string(st.st_uid) + ")");
   }
-  apply_idmap(tree_fd, userns_fd, tree_fd, what);
-  attach(tree_fd, target_fd, what);
-  verify_mount_flags(tree_fd, writable ? ST_NOSUID | ST_NODEV : kReadOnlyFlags, what);
+  attach(tree.get(), target_fd, what);
+  verify_mount_flags(tree.get(), writable ? ST_NOSUID | ST_NODEV : kReadOnlyFlags, what);
 }
 
 // --- files ----------------------------------------------------------------
@@ -392,12 +401,8 @@ void check_passwd_field(const std::string& value, const std::string& what) {
 
 // --- the pieces of the view -----------------------------------------------
 
-void populate_etc(const SandboxPlan& plan, int root_fd) {
-  const IdMapping& ids = plan.ids();
-  check_passwd_field(plan.role_user_name(), "role user name");
-  check_passwd_field(plan.role_group_name(), "role group name");
-  check_passwd_field(plan.sandbox_home(), "sandbox home");
-
+// /etc without the identity files, which populate_identity() adds per request.
+UniqueFd populate_host_etc(int root_fd) {
   UniqueFd etc_mount =
       new_filesystem("tmpfs", {{"mode", "0755"}, {"size", "8m"}, {"nr_inodes", "1024"}},
                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
@@ -437,17 +442,6 @@ void populate_etc(const SandboxPlan& plan, int root_fd) {
       0644);
   write_file(etc, "hostname", std::string(kHostName) + "\n", 0644);
   copy_host_file("/etc/localtime", etc, "localtime");
-  write_file(etc, "passwd",
-             "root:x:0:0:root:/root:/bin/sh\n" + plan.role_user_name() +
-                 ":x:" + std::to_string(ids.role_uid()) + ":" + std::to_string(ids.role_gid()) +
-                 ":pando role:" + plan.sandbox_home() +
-                 ":/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-             0644);
-  write_file(etc, "group",
-             "root:x:0:\n" + plan.role_group_name() + ":x:" + std::to_string(ids.role_gid()) +
-                 ":\nnogroup:x:65534:\n",
-             0644);
-
   struct stat st {};
   if (stat("/etc/ssl/certs", &st) == 0 && S_ISDIR(st.st_mode)) {
     UniqueFd certs = open_dir_beneath(etc, {"ssl", "certs"}, true, "/etc/ssl/certs");
@@ -459,6 +453,26 @@ void populate_etc(const SandboxPlan& plan, int root_fd) {
     UniqueFd alternatives = open_dir_beneath(etc, {"alternatives"}, true, "/etc/alternatives");
     bind_host_read_only("/etc/alternatives", alternatives.get());
   }
+  return etc_mount;
+}
+
+// /etc/passwd and /etc/group: root, the role and nobody; then /etc turns read-only.
+void populate_identity(const SandboxPlan& plan, int etc) {
+  const IdMapping& ids = plan.ids();
+  check_passwd_field(plan.role_user_name(), "role user name");
+  check_passwd_field(plan.role_group_name(), "role group name");
+  check_passwd_field(plan.sandbox_home(), "sandbox home");
+  write_file(etc, "passwd",
+             "root:x:0:0:root:/root:/bin/sh\n" + plan.role_user_name() +
+                 ":x:" + std::to_string(ids.role_uid()) + ":" + std::to_string(ids.role_gid()) +
+                 ":pando role:" + plan.sandbox_home() +
+                 ":/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+             0644);
+  write_file(etc, "group",
+             "root:x:0:\n" + plan.role_group_name() + ":x:" + std::to_string(ids.role_gid()) +
+                 ":\nnogroup:x:65534:\n",
+             0644);
+
   set_mount_attrs(etc, MOUNT_ATTR_RDONLY, false, "/etc read-only");
   verify_mount_flags(etc, kReadOnlyFlags, "/etc");
 }
@@ -575,18 +589,12 @@ void populate_system(int root_fd) {
   }
 }
 
-// Cloned before the new root covers the host's /tmp, where a runtime path may live.
-std::vector<UniqueFd> clone_runtime_paths(const SandboxPlan& plan) {
-  std::vector<UniqueFd> trees;
-  for (const std::string& path : plan.runtime_paths()) {
-    if (split_absolute(path, "runtime path").empty()) fail("runtime path / is not allowed");
-    trees.push_back(clone_host_tree(AT_FDCWD, path.c_str(), true, "runtime path " + path));
-  }
-  return trees;
-}
-
 void populate_runtime_paths(const SandboxPlan& plan, const std::vector<UniqueFd>& trees,
                             int root_fd) {
+  if (trees.size() != static_cast<size_t>(plan.runtime_paths_size())) {
+    fail("the daemon sent " + std::to_string(trees.size()) + " runtime trees for " +
+         std::to_string(plan.runtime_paths_size()) + " runtime paths");
+  }
   for (int i = 0; i < plan.runtime_paths_size(); ++i) {
     const std::string& path = plan.runtime_paths(i);
     std::vector<std::string> parts = split_absolute(path, "runtime path");
@@ -706,20 +714,34 @@ class UmaskGuard {
 
 }  // namespace
 
-UniqueFd clone_detached_tree(int dir_fd) {
-  UniqueFd tree(open_tree(dir_fd, "", AT_EMPTY_PATH | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
-  if (!tree.valid()) throw_errno("open_tree(OPEN_TREE_CLONE)");
-  return tree;
+CallerTrees clone_caller_trees(const std::string& project_root, int project_fd, int sandbox_dir_fd,
+                               int auth_home_fd, int userns_fd, bool project_writable) {
+  CallerTrees trees;
+  trees.project = idmapped_clone(project_fd, userns_fd, project_writable, project_root);
+  trees.sandbox_dir =
+      idmapped_clone(sandbox_dir_fd, userns_fd, true, "sandbox home in " + project_root);
+  if (auth_home_fd >= 0) {
+    trees.auth_home = idmapped_clone(auth_home_fd, userns_fd, false, "auth home");
+  }
+  return trees;
+}
+
+UniqueFd make_idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid, gid_t role_gid) {
+  UniqueFd proc(open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!proc.valid()) throw_errno("open /proc");
+  return make_idmap_userns(proc.get(), caller_uid, caller_gid, role_uid, role_gid);
+}
+
+UniqueFd clone_runtime_tree(const std::string& path) {
+  if (split_absolute(path, "runtime path").empty()) fail("runtime path / is not allowed");
+  return clone_host_tree(AT_FDCWD, path.c_str(), true, "runtime path " + path);
 }
 
 IdmapCheck check_idmap_support(int dir_fd, uid_t caller_uid, gid_t caller_gid, uid_t role_uid,
                                gid_t role_gid) {
-  UniqueFd proc(open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!proc.valid()) throw_errno("open /proc");
-  UniqueFd userns = make_idmap_userns(proc.get(), caller_uid, caller_gid, role_uid, role_gid);
-  UniqueFd tree = clone_detached_tree(dir_fd);
+  UniqueFd userns = make_idmap_userns(caller_uid, caller_gid, role_uid, role_gid);
   try {
-    apply_idmap(tree.get(), userns.get(), dir_fd, "project");
+    idmapped_clone(dir_fd, userns.get(), true, "project");
   } catch (const SetupError& error) {
     if (error.code() != ERROR_IDMAP_UNSUPPORTED) throw;
     return {false, idmap_unsupported(dir_fd)};
@@ -727,9 +749,52 @@ IdmapCheck check_idmap_support(int dir_fd, uid_t caller_uid, gid_t caller_gid, u
   return {true, filesystem_name(dir_fd)};
 }
 
-void build_filesystem_view(const SandboxPlan& plan) {
+BaseView build_base_view() {
   UmaskGuard umask_guard;
-  const IdMapping& ids = plan.ids();
+  // Nothing done below may propagate back to the host.
+  if (mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) throw_errno("make / private");
+
+  // The new root is attached on /tmp of this (private) mount namespace: an
+  // existing root-owned directory, so nothing is created on the host; the
+  // whole old tree is detached by pivot_root. Runtime paths under the host's
+  // /tmp stay reachable: the daemon clones them.
+  BaseView base;
+  base.root = new_filesystem("tmpfs", {{"mode", "0755"}, {"size", "1m"}, {"nr_inodes", "4096"}},
+                             MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+  {
+    UniqueFd anchor(open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!anchor.valid()) throw_errno("open /tmp");
+    attach(base.root.get(), anchor.get(), "new root");
+  }
+  const int root = base.root.get();
+  {
+    UniqueFd mask(openat(root, kMaskFile, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
+    if (!mask.valid()) throw_errno("create mask file");
+    if (mkdirat(root, kMaskDir, 0555) != 0) throw_errno("create mask dir");
+  }
+
+  populate_system(root);
+  base.etc = populate_host_etc(root);
+  populate_dev(root);
+  {
+    // This pid namespace's procfs.
+    UniqueFd proc = new_filesystem("proc", {{"hidepid", "invisible"}},
+                                   MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+    populate_proc(root, proc.get());
+  }
+  {
+    UniqueFd tmp = new_filesystem("tmpfs", {{"mode", "1777"}, {"size", "25%"}},
+                                  MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    UniqueFd target = open_dir_beneath(root, {"tmp"}, true, "/tmp");
+    attach(tmp.get(), target.get(), "/tmp");
+    verify_mount_flags(tmp.get(), ST_NOSUID | ST_NODEV, "/tmp");
+  }
+  return base;
+}
+
+void complete_filesystem_view(BaseView& base, const SandboxPlan& plan, PlanTrees& trees) {
+  UmaskGuard umask_guard;
+  const uid_t role_uid = plan.ids().role_uid();
   const std::vector<std::string> project_parts =
       split_absolute(plan.project_root(), "project root");
   if (project_parts.empty()) fail("the project root cannot be /");
@@ -740,74 +805,44 @@ void build_filesystem_view(const SandboxPlan& plan) {
   }
   const std::vector<std::string> home_parts =
       split_absolute(home.substr(plan.project_root().size()), "sandbox home");
-
-  // Nothing done below may propagate back to the host.
-  if (mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) throw_errno("make / private");
-
-  // This pid namespace's procfs, detached until it moves into the new root;
-  // it also serves the idmap holder's /proc/<pid> files.
-  UniqueFd proc = new_filesystem("proc", {{"hidepid", "invisible"}},
-                                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
-
-  // The new root is attached on /tmp of this (private) mount namespace: an
-  // existing root-owned directory, so nothing is created on the host; the
-  // whole old tree is detached by pivot_root below.
-  const std::vector<UniqueFd> runtime_trees = clone_runtime_paths(plan);
-  UniqueFd root = new_filesystem("tmpfs", {{"mode", "0755"}, {"size", "1m"}, {"nr_inodes", "4096"}},
-                                 MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
-  {
-    UniqueFd anchor(open("/tmp", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!anchor.valid()) throw_errno("open /tmp");
-    attach(root.get(), anchor.get(), "new root");
+  CallerTrees& caller = trees.caller;
+  if (!caller.project.valid() || !caller.sandbox_dir.valid() ||
+      caller.auth_home.valid() != plan.has_auth_home()) {
+    fail("the daemon sent the wrong set of project trees");
   }
-  {
-    UniqueFd mask(openat(root.get(), kMaskFile, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
-    if (!mask.valid()) throw_errno("create mask file");
-    if (mkdirat(root.get(), kMaskDir, 0555) != 0) throw_errno("create mask dir");
-  }
+  const int root = base.root.get();
 
-  populate_system(root.get());
-  populate_etc(plan, root.get());
-  populate_dev(root.get());
-  populate_proc(root.get(), proc.get());
+  populate_identity(plan, base.etc.get());
+  populate_runtime_paths(plan, trees.runtime, root);
   {
-    UniqueFd tmp = new_filesystem("tmpfs", {{"mode", "1777"}, {"size", "25%"}},
-                                  MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
-    UniqueFd target = open_dir_beneath(root.get(), {"tmp"}, true, "/tmp");
-    attach(tmp.get(), target.get(), "/tmp");
-    verify_mount_flags(tmp.get(), ST_NOSUID | ST_NODEV, "/tmp");
-  }
-  populate_runtime_paths(plan, runtime_trees, root.get());
-
-  UniqueFd userns = make_idmap_userns(proc.get(), ids.caller_uid(), ids.caller_gid(),
-                                      ids.role_uid(), ids.role_gid());
-  {
-    UniqueFd target = open_dir_beneath(root.get(), project_parts, true, "project root");
-    attach_idmapped(kProjectFd, userns.get(), plan.project_writable(), target.get(),
-                    plan.project_root());
+    UniqueFd target = open_dir_beneath(root, project_parts, true, "project root");
+    attach_caller_tree(caller.project, role_uid, plan.project_writable(), target.get(),
+                       plan.project_root());
   }
   {
     // Resolved inside the project mount, which the caller controls: one
-    // component at a time, no symlinks, and it must be fd 5's directory.
-    UniqueFd target = open_dir_beneath(kProjectFd, home_parts, false, "sandbox home " + home);
+    // component at a time, no symlinks, and it must be the directory the
+    // daemon prepared.
+    UniqueFd target =
+        open_dir_beneath(caller.project.get(), home_parts, false, "sandbox home " + home);
     struct stat want {};
     struct stat have {};
-    if (fstat(kSandboxDirFd, &want) != 0) throw_errno("fstat sandbox dir fd");
+    if (fstat(caller.sandbox_dir.get(), &want) != 0) throw_errno("fstat sandbox dir tree");
     if (fstat(target.get(), &have) != 0) throw_errno("fstat sandbox home");
     if (want.st_dev != have.st_dev || want.st_ino != have.st_ino) {
       fail("sandbox home " + home + " is not the directory the daemon prepared");
     }
-    attach_idmapped(kSandboxDirFd, userns.get(), true, target.get(), home);
+    attach_caller_tree(caller.sandbox_dir, role_uid, true, target.get(), home);
   }
   if (plan.has_auth_home()) {
     const std::vector<std::string> parts = split_absolute(plan.auth_home_target(), "auth home");
     if (parts.empty()) fail("the auth home cannot be mounted on /");
-    UniqueFd target = open_dir_beneath(root.get(), parts, true, "auth home");
-    attach_idmapped(kAuthHomeFd, userns.get(), false, target.get(), plan.auth_home_target());
+    UniqueFd target = open_dir_beneath(root, parts, true, "auth home");
+    attach_caller_tree(caller.auth_home, role_uid, false, target.get(), plan.auth_home_target());
   }
-  hide_files(plan, root.get(), kProjectFd);
+  hide_files(plan, root, caller.project.get());
 
-  pivot_into(root.get());
+  pivot_into(root);
 }
 
 }  // namespace pando::sandbox

@@ -3,35 +3,66 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "common/unique_fd.h"
 #include "proto/sandbox.pb.h"
 
 namespace pando::sandbox {
 
-// Well-known fds of pando-helper-sandbox (see proto/sandbox.proto).
+// The launcher's control socket (SOCK_SEQPACKET to the daemon).
 inline constexpr int kControlFd = 3;
-inline constexpr int kProjectFd = 4;
-inline constexpr int kSandboxDirFd = 5;
-inline constexpr int kAuthHomeFd = 6;
 
-// What the daemon passes as fds 4, 5 and 6: a detached copy of the mount of
-// `dir_fd` (open_tree(OPEN_TREE_CLONE) without AT_RECURSIVE, so mounts the
-// caller stacked inside the project are not carried into the sandbox). It must
-// be made in the daemon's mount namespace, before clone3(CLONE_NEWNS): the
-// kernel refuses to clone a mount of another namespace, so the launcher cannot
-// do it from a plain O_PATH fd. Throws SetupError.
-UniqueFd clone_detached_tree(int dir_fd);
+// Daemon side. The caller's directories as the launcher mounts them: detached
+// copies of the mounts of the O_PATH fds (open_tree(OPEN_TREE_CLONE) without
+// AT_RECURSIVE, so mounts the caller stacked inside are not carried in),
+// idmapped caller->role through `userns_fd`, nosuid, nodev, and read-only
+// unless writable (the sandbox dir always is; the auth home never). Only the
+// daemon's mount namespace can clone them: the kernel refuses to clone a
+// mount of another namespace. Throws SetupError (ERROR_IDMAP_UNSUPPORTED
+// naming the filesystem when it cannot be idmapped; never a plain bind).
+struct CallerTrees {
+  UniqueFd project;
+  UniqueFd sandbox_dir;  // <project>/.pando-sandbox/<role>
+  UniqueFd auth_home;    // the caller's ~/.pando-ai; invalid when there is none
+};
+// `project_root` names the project in errors.
+CallerTrees clone_caller_trees(const std::string& project_root, int project_fd, int sandbox_dir_fd,
+                               int auth_home_fd, int userns_fd, bool project_writable);
 
-// Builds the session's filesystem view and pivot_roots into it: a tmpfs root,
-// read-only system binds, a minimal /etc, the project (idmapped caller->role)
-// at its host path, the role's sandbox dir, the auth home, hidden secret
-// files, fresh /proc, minimal /dev, private /tmp. Must run as root in the new
-// mount and pid namespaces (as PID 1 of the latter). fds 4, 5 and 6 must be
-// detached trees from clone_detached_tree(); once this returns they refer to
-// mounts inside the new view. Throws SetupError (ERROR_IDMAP_UNSUPPORTED naming
-// the filesystem when the project cannot be idmapped).
-void build_filesystem_view(const pando::helper::sandbox::v1::SandboxPlan& plan);
+// Daemon side: a user namespace whose only mapping is caller -> role (uid and
+// gid), for MOUNT_ATTR_IDMAP. No process stays in it. Refuses id 0. Throws
+// SetupError.
+UniqueFd make_idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid, gid_t role_gid);
+
+// Daemon side: a recursive detached copy of a root-owned host path (a
+// configured runtime path). Throws SetupError when it does not exist.
+UniqueFd clone_runtime_tree(const std::string& path);
+
+// Launcher, phase 1, before any request exists (the launcher may be started
+// ahead of time): the part of the view that depends on nothing the request or
+// the role decides. A tmpfs root (attached on /tmp of this private mount
+// namespace until pivot_root) with read-only system binds, /etc holding the
+// host-derived files, fresh /proc with masks, minimal /dev and a private /tmp.
+// Must run as root as PID 1 of new mount and pid namespaces. Throws SetupError.
+struct BaseView {
+  UniqueFd root;
+  UniqueFd etc;  // still writable: passwd and group come with the plan
+};
+BaseView build_base_view();
+
+// What arrives with the plan, beside the stdio pipes.
+struct PlanTrees {
+  CallerTrees caller;
+  std::vector<UniqueFd> runtime;  // one clone_runtime_tree() per plan.runtime_paths()
+};
+
+// Launcher, phase 2: the role's runtime paths, /etc/passwd and /etc/group, the
+// project at its host path, the sandbox home, the auth home, hidden secret
+// files, then pivot_root into the view. The caller trees must be idmapped
+// (their roots appear owned by the role). Throws SetupError.
+void complete_filesystem_view(BaseView& base, const pando::helper::sandbox::v1::SandboxPlan& plan,
+                              PlanTrees& trees);
 
 struct IdmapCheck {
   bool supported;

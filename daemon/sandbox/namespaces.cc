@@ -37,11 +37,14 @@ void bring_up_loopback() {
 
 }  // namespace
 
-void finish_namespaces() {
-  if (unshare(CLONE_NEWCGROUP) != 0) throw_errno("unshare(CLONE_NEWCGROUP)");
+void set_up_namespaces() {
   if (sethostname(kHostName, sizeof(kHostName) - 1) != 0) throw_errno("sethostname");
   if (setdomainname(kHostName, sizeof(kHostName) - 1) != 0) throw_errno("setdomainname");
   bring_up_loopback();
+}
+
+void enter_cgroup_namespace() {
+  if (unshare(CLONE_NEWCGROUP) != 0) throw_errno("unshare(CLONE_NEWCGROUP)");
 }
 
 }  // namespace pando::sandbox

@@ -112,6 +112,60 @@ std::vector<pid_t> children_of(pid_t parent) {
   return pids;
 }
 
+std::string status_field(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key + ":", 0) == 0) {
+      const auto start = line.find_first_not_of(" \t", key.size() + 1);
+      return start == std::string::npos ? "" : line.substr(start);
+    }
+  }
+  return "";
+}
+
+std::set<std::string> fd_names(pid_t pid) {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    names.insert(entry.path().filename().string());
+  }
+  return names;
+}
+
+std::string ns_of(pid_t pid, const std::string& kind) {
+  std::error_code ec;
+  return fs::read_symlink("/proc/" + std::to_string(pid) + "/ns/" + kind, ec).string();
+}
+
+// A launcher the daemon started ahead of requests (see SECURITY.md): root, no
+// child, /dev/null as 0-2, its control socket as 3 and otherwise only its own
+// new root (attached on /tmp of its mount namespace until pivot_root), in no
+// session cgroup. Nothing of a caller.
+bool is_waiting_launcher(pid_t pid) {
+  const std::string base = "/proc/" + std::to_string(pid);
+  if (status_field(pid, "Name") != "pando-helper-sa") return false;
+  if (status_field(pid, "Uid").rfind("0\t0\t0\t0", 0) != 0) return false;
+  if (!children_of(pid).empty()) return false;
+  for (const std::string& fd : fd_names(pid)) {
+    std::error_code ec;
+    const std::string target = fs::read_symlink(base + "/fd/" + fd, ec).string();
+    const bool expected = fd == "0" || fd == "1" || fd == "2" ? target == "/dev/null"
+                          : fd == "3"                         ? target.rfind("socket:", 0) == 0
+                                      : target == "/tmp" || target.rfind("/tmp/", 0) == 0;
+    if (!expected) return false;
+  }
+  return read_file(base + "/cgroup").find("session-") == std::string::npos;
+}
+
+// The daemon's children that are not waiting launchers.
+std::vector<pid_t> session_children_of(pid_t daemon) {
+  std::vector<pid_t> out;
+  for (pid_t pid : children_of(daemon)) {
+    if (!is_waiting_launcher(pid)) out.push_back(pid);
+  }
+  return out;
+}
+
 class ConfinementTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -135,6 +189,7 @@ class ConfinementTest : public ::testing::Test {
     return launch(*daemon_, caller(), role, project, options);
   }
   std::string probe() const { return daemon_->probe(); }
+  void expect_sessions_leave_nothing(unsigned prestarted);
 
   std::unique_ptr<Daemon> daemon_;
   std::string project_;
@@ -357,7 +412,9 @@ TEST_F(ConfinementTest, NetworkHasOnlyLoopbackAndItIsUp) {
   }
 }
 
-TEST_F(ConfinementTest, SessionsLeaveNothingOnTheHost) {
+// `prestarted`: the daemon's prestarted_sandboxes; that many waiting
+// launchers (and nothing else) may remain its children.
+void ConfinementTest::expect_sessions_leave_nothing(unsigned prestarted) {
   // Orphans of the daemon (a launcher or role process that outlived it) are
   // reparented to this process instead of init, where they can be counted.
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
@@ -381,7 +438,12 @@ TEST_F(ConfinementTest, SessionsLeaveNothingOnTheHost) {
       },
       10s))
       << describe(processes_of(workspace_user().uid)) << describe(processes_of(core_user().uid));
-  EXPECT_TRUE(eventually([&] { return children_of(daemon_->pid()).empty(); }, 10s))
+  EXPECT_TRUE(eventually(
+      [&] {
+        return session_children_of(daemon_->pid()).empty() &&
+               children_of(daemon_->pid()).size() <= prestarted;
+      },
+      10s))
       << "still children of the daemon:\n"
       << describe(children_of(daemon_->pid()));
   EXPECT_EQ(mount_changes(mounts_before, host_mounts()), "");
@@ -395,6 +457,59 @@ TEST_F(ConfinementTest, SessionsLeaveNothingOnTheHost) {
     waitpid(pid, nullptr, 0);
   }
   EXPECT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0), 0);
+}
+
+TEST_F(ConfinementTest, SessionsLeaveNothingOnTheHost) { expect_sessions_leave_nothing(1); }
+
+TEST_F(ConfinementTest, SessionsLeaveNothingOnTheHostWithoutPrestartedLaunchers) {
+  DaemonOptions options;
+  options.extra_config = "prestarted_sandboxes: 0\n";
+  start_daemon(options);
+  expect_sessions_leave_nothing(0);
+}
+
+// Each prestarted launcher serves exactly one session: its namespaces are
+// never seen by a second one, and it holds nothing of a caller while it waits.
+TEST_F(ConfinementTest, PrestartedLaunchersServeOneSessionEach) {
+  auto waiting = [&] {
+    const auto children = children_of(daemon_->pid());
+    return children.size() == 1 && is_waiting_launcher(children[0]) ? children[0] : pid_t{-1};
+  };
+  ASSERT_TRUE(eventually([&] { return waiting() > 0; }, 10s))
+      << describe(children_of(daemon_->pid()));
+  const pid_t first = waiting();
+  const std::string first_net = ns_of(first, "net");
+  ASSERT_FALSE(first_net.empty());
+  EXPECT_NE(first_net, ns_of(getpid(), "net"));
+  EXPECT_NE(ns_of(first, "mnt"), ns_of(getpid(), "mnt"));
+  EXPECT_NE(ns_of(first, "pid_for_children"), ns_of(getpid(), "pid_for_children"));
+
+  const std::string show = "readlink /proc/self/ns/net /proc/self/ns/mnt /proc/self/ns/ipc";
+  const RunResult one = sh(show);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const RunResult two = sh(show);
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  const auto one_ns = lines_of(one.out);
+  const auto two_ns = lines_of(two.out);
+  ASSERT_EQ(one_ns.size(), 3u) << one.out;
+  ASSERT_EQ(two_ns.size(), 3u) << two.out;
+  EXPECT_EQ(one_ns[0], first_net) << "the first session did not get the waiting launcher";
+  for (size_t i = 0; i < 3; ++i) EXPECT_NE(one_ns[i], two_ns[i]) << one_ns[i];
+
+  // The used launcher is gone; a fresh one waits with namespaces no session had.
+  EXPECT_TRUE(eventually([&] { return kill(first, 0) != 0; }, 10s));
+  ASSERT_TRUE(eventually([&] { return waiting() > 0; }, 10s))
+      << describe(children_of(daemon_->pid()));
+  const std::string next_net = ns_of(waiting(), "net");
+  EXPECT_NE(next_net, one_ns[0]);
+  EXPECT_NE(next_net, two_ns[0]);
+
+  // A waiting launcher that died is not handed out: the session gets a new one.
+  ASSERT_EQ(kill(waiting(), SIGKILL), 0);
+  const RunResult after_crash = sh("echo alive");
+  EXPECT_EQ(after_crash.exit_code, 0) << after_crash.err;
+  EXPECT_EQ(after_crash.out, "alive\n");
+  EXPECT_NE(daemon_->log().find("prestarted_sandbox_exited"), std::string::npos);
 }
 
 // --- issue 3: caller-controlled paths -------------------------------------------
@@ -590,7 +705,8 @@ TEST_F(ConfinementTest, ProjectOnRamfsIsRefusedAndStatusSaysWhy) {
         std::string::npos)
         << ext4_status.out;
     // The idmap check's user-namespace holder is gone too.
-    EXPECT_TRUE(eventually([&] { return children_of(daemon_->pid()).empty(); }, 10s));
+    EXPECT_TRUE(eventually([&] { return session_children_of(daemon_->pid()).empty(); }, 10s))
+        << describe(children_of(daemon_->pid()));
   }
   EXPECT_EQ(mount_changes(mounts_before, host_mounts()), "");
   EXPECT_EQ(sh("echo alive").out, "alive\n");

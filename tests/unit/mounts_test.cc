@@ -182,7 +182,7 @@ struct SandboxFds {
 
 struct RunResult {
   std::vector<std::string> failures;
-  std::string setup_error;  // "<code> <message>" when build_filesystem_view threw
+  std::string setup_error;  // "<code> <message>" when a launcher step threw
   std::vector<std::string> notes;
   int status = -1;
 };
@@ -194,9 +194,10 @@ int relocate(int fd) {
   return moved;
 }
 
-// Runs `checks` as PID 1 of fresh mount/pid/net/ipc/uts namespaces after
-// finish_namespaces() and build_filesystem_view(). `prepare` runs first in the
-// new namespaces and returns the fds to place at 4, 5 and 6.
+// Runs `checks` as PID 1 of fresh mount/pid/net/ipc/uts namespaces after the
+// launcher's steps (set_up_namespaces, build_base_view, enter_cgroup_namespace,
+// complete_filesystem_view). `prepare` runs first in the new namespaces and
+// returns the caller trees (see caller_trees()).
 RunResult run_sandboxed(const SandboxPlan& plan, const std::function<SandboxFds()>& prepare,
                         const std::function<void(Reporter&)>& checks) {
   RunResult result;
@@ -217,23 +218,26 @@ RunResult run_sandboxed(const SandboxPlan& plan, const std::function<SandboxFds(
     if (init < 0) _exit(6);
     if (init == 0) {
       Reporter reporter(report_fd);
-      const int project = relocate(fds.project);
-      const int sandbox_dir = relocate(fds.sandbox_dir);
-      const int auth_home = relocate(fds.auth_home);
-      if (dup2(project, kProjectFd) < 0 || dup2(sandbox_dir, kSandboxDirFd) < 0 ||
-          (auth_home >= 0 && dup2(auth_home, kAuthHomeFd) < 0)) {
-        _exit(7);
-      }
+      PlanTrees trees;
+      trees.caller.project = UniqueFd(relocate(fds.project));
+      trees.caller.sandbox_dir = UniqueFd(relocate(fds.sandbox_dir));
+      if (fds.auth_home >= 0) trees.caller.auth_home = UniqueFd(relocate(fds.auth_home));
       const auto start = std::chrono::steady_clock::now();
       try {
-        finish_namespaces();
+        // As the daemon does, before the new root covers this namespace's /tmp.
+        for (const std::string& path : plan.runtime_paths()) {
+          trees.runtime.push_back(clone_runtime_tree(path));
+        }
+        set_up_namespaces();
+        BaseView view = build_base_view();
         const auto middle = std::chrono::steady_clock::now();
-        build_filesystem_view(plan);
+        enter_cgroup_namespace();
+        complete_filesystem_view(view, plan, trees);
         const auto end = std::chrono::steady_clock::now();
         reporter.send(
-            "NOTE finish_namespaces " +
+            "NOTE build_base_view " +
             std::to_string(std::chrono::duration<double, std::milli>(middle - start).count()) +
-            " ms, build_filesystem_view " +
+            " ms, complete_filesystem_view " +
             std::to_string(std::chrono::duration<double, std::milli>(end - middle).count()) +
             " ms");
       } catch (const SetupError& error) {
@@ -361,14 +365,30 @@ bool loopback_up() {
   return sock.valid() && ioctl(sock.get(), SIOCGIFFLAGS, &req) == 0 && (req.ifr_flags & IFF_UP);
 }
 
-SandboxFds clone_fds(const TempProject& temp, UniqueFd* keep) {
+// What the daemon hands the launcher: the directories idmapped caller -> role.
+// `userns` must come from make_test_userns() in the test process itself: made
+// after unshare(CLONE_NEWPID), its holder child would become that pid
+// namespace's init.
+UniqueFd make_test_userns() {
+  return make_idmap_userns(kCallerUid, kCallerGid, kRoleUid, kRoleGid);
+}
+
+SandboxFds caller_trees(int project, int sandbox_dir, int auth_home, bool writable, int userns,
+                        UniqueFd* keep) {
+  CallerTrees trees =
+      clone_caller_trees("/proj", project, sandbox_dir, auth_home, userns, writable);
+  keep[0] = std::move(trees.project);
+  keep[1] = std::move(trees.sandbox_dir);
+  keep[2] = std::move(trees.auth_home);
+  return {keep[0].get(), keep[1].get(), keep[2].valid() ? keep[2].get() : -1};
+}
+
+SandboxFds clone_fds(const TempProject& temp, bool writable, UniqueFd* keep) {
   UniqueFd project(open(temp.project.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   UniqueFd sandbox(open(temp.sandbox_dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   UniqueFd auth(open(temp.auth_home.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  keep[0] = clone_detached_tree(project.get());
-  keep[1] = clone_detached_tree(sandbox.get());
-  keep[2] = clone_detached_tree(auth.get());
-  return {keep[0].get(), keep[1].get(), keep[2].get()};
+  return caller_trees(project.get(), sandbox.get(), auth.get(), writable, make_test_userns().get(),
+                      keep);
 }
 
 class MountsTest : public ::testing::Test {
@@ -402,7 +422,7 @@ TEST_F(MountsTest, WorkspaceViewIsConfinedAndIdmapped) {
   TempProject temp("workspace");
   ASSERT_NO_FATAL_FAILURE(temp.populate());
   UniqueFd keep[3];
-  const SandboxFds fds = clone_fds(temp, keep);
+  const SandboxFds fds = clone_fds(temp, true, keep);
   const SandboxPlan plan = temp.plan(true);
   const std::string project = temp.project;
   const std::string base = temp.base;
@@ -520,7 +540,7 @@ TEST_F(MountsTest, CoreProjectIsReadOnlyButHomeIsWritable) {
   TempProject temp("core");
   ASSERT_NO_FATAL_FAILURE(temp.populate());
   UniqueFd keep[3];
-  const SandboxFds fds = clone_fds(temp, keep);
+  const SandboxFds fds = clone_fds(temp, false, keep);
   // The daemon's choice: the auth home outside the project, on the tmpfs root.
   SandboxPlan plan = temp.plan(false);
   plan.set_auth_home_target("/pando-auth");
@@ -553,7 +573,7 @@ TEST_F(MountsTest, SandboxHomeSymlinkIsRefused) {
   TempProject temp("workspace");
   ASSERT_NO_FATAL_FAILURE(temp.populate());
   UniqueFd keep[3];
-  const SandboxFds fds = clone_fds(temp, keep);
+  const SandboxFds fds = clone_fds(temp, true, keep);
   // The caller swaps .pando-sandbox for a symlink after the daemon opened fd 5.
   ASSERT_EQ(rename((temp.project + "/.pando-sandbox").c_str(), (temp.project + "/moved").c_str()),
             0);
@@ -568,36 +588,45 @@ TEST_F(MountsTest, UnsupportedFilesystemIsRefused) {
   TempProject temp("workspace");
   const std::string mount_dir = temp.base + "/ramfs";
   ASSERT_EQ(mkdir(mount_dir.c_str(), 0755), 0);
-  SandboxPlan plan = temp.plan(true);
-  plan.set_project_root(mount_dir + "/proj");
-  plan.set_sandbox_home(mount_dir + "/proj/.pando-sandbox/workspace");
-  plan.set_has_auth_home(false);
-  UniqueFd keep[2];
-  RunResult result = run_sandboxed(
-      plan,
-      [&] {
-        // ramfs lacks FS_ALLOW_IDMAP (tmpfs has it since Linux 6.3).
-        if (mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-            mount("ramfs", mount_dir.c_str(), "ramfs", 0, "mode=0755") != 0 ||
-            mkdir((mount_dir + "/proj").c_str(), 0700) != 0 ||
-            mkdir((mount_dir + "/proj/.pando-sandbox").c_str(), 0700) != 0 ||
-            mkdir((mount_dir + "/proj/.pando-sandbox/workspace").c_str(), 0700) != 0) {
-          _exit(9);
-        }
-        UniqueFd project(open((mount_dir + "/proj").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-        UniqueFd sandbox(open((mount_dir + "/proj/.pando-sandbox/workspace").c_str(),
-                              O_PATH | O_DIRECTORY | O_CLOEXEC));
-        keep[0] = clone_detached_tree(project.get());
-        keep[1] = clone_detached_tree(sandbox.get());
-        return SandboxFds{keep[0].get(), keep[1].get(), -1};
-      },
-      [](Reporter& r) { r.check(false, "build_filesystem_view succeeded on ramfs"); });
-  EXPECT_EQ(result.setup_error.rfind(std::to_string(pando::helper::v1::ERROR_IDMAP_UNSUPPORTED) +
-                                         " " + mount_dir + "/proj: filesystem ramfs",
-                                     0),
-            0u)
-      << result.setup_error;
-  for (const std::string& failure : result.failures) ADD_FAILURE() << failure;
+  const UniqueFd userns = make_test_userns();
+  int pipe_fds[2];
+  ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(pipe_fds[0]);
+    Reporter reporter(pipe_fds[1]);
+    // ramfs lacks FS_ALLOW_IDMAP (tmpfs has it since Linux 6.3).
+    if (unshare(CLONE_NEWNS) != 0 || mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount("ramfs", mount_dir.c_str(), "ramfs", 0, "mode=0755") != 0 ||
+        mkdir((mount_dir + "/proj").c_str(), 0700) != 0 ||
+        mkdir((mount_dir + "/proj/sandbox").c_str(), 0700) != 0) {
+      _exit(9);
+    }
+    UniqueFd project(open((mount_dir + "/proj").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd sandbox(open((mount_dir + "/proj/sandbox").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    try {
+      UniqueFd keep[3];
+      caller_trees(project.get(), sandbox.get(), -1, true, userns.get(), keep);
+      reporter.send("FAIL the ramfs project was idmapped");
+    } catch (const SetupError& error) {
+      reporter.send("SETUP " + std::to_string(error.code()) + " " + error.what());
+    }
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  std::string text;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(pipe_fds[0], buffer, sizeof(buffer))) > 0) {
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(text, "SETUP " + std::to_string(pando::helper::v1::ERROR_IDMAP_UNSUPPORTED) +
+                      " /proj: filesystem ramfs does not support idmapped mounts\n");
 }
 
 TEST_F(MountsTest, ProjectSubmountsAreNotCarriedIn) {
@@ -606,6 +635,7 @@ TEST_F(MountsTest, ProjectSubmountsAreNotCarriedIn) {
   const std::string project = temp.project;
   const std::string sandbox_dir = temp.sandbox_dir;
   const std::string auth_home = temp.auth_home;
+  const UniqueFd userns = make_test_userns();
   UniqueFd keep[3];
   RunResult result = run_sandboxed(
       temp.plan(true),
@@ -620,8 +650,7 @@ TEST_F(MountsTest, ProjectSubmountsAreNotCarriedIn) {
         UniqueFd dirs[3] = {UniqueFd(open(project.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)),
                             UniqueFd(open(sandbox_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC)),
                             UniqueFd(open(auth_home.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC))};
-        for (int i = 0; i < 3; ++i) keep[i] = clone_detached_tree(dirs[i].get());
-        return SandboxFds{keep[0].get(), keep[1].get(), keep[2].get()};
+        return caller_trees(dirs[0].get(), dirs[1].get(), dirs[2].get(), true, userns.get(), keep);
       },
       [&](Reporter& r) {
         r.check(access((project + "/sub/on-submount").c_str(), F_OK) != 0,
@@ -640,7 +669,7 @@ TEST_F(MountsTest, RuntimePathsAreReadOnlyAndMustExist) {
   write_text(runtime + "/tool", "#!/bin/sh\n", 0755, 0, 0);
   {
     UniqueFd keep[3];
-    const SandboxFds fds = clone_fds(temp, keep);
+    const SandboxFds fds = clone_fds(temp, true, keep);
     SandboxPlan plan = temp.plan(true);
     plan.add_runtime_paths(runtime);
     RunResult result = run_sandboxed(
@@ -655,7 +684,7 @@ TEST_F(MountsTest, RuntimePathsAreReadOnlyAndMustExist) {
   }
   {
     UniqueFd keep[3];
-    const SandboxFds fds = clone_fds(temp, keep);
+    const SandboxFds fds = clone_fds(temp, true, keep);
     SandboxPlan plan = temp.plan(true);
     plan.add_runtime_paths(temp.base + "/missing");
     RunResult result = run_sandboxed(

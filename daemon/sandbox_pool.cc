@@ -1,0 +1,82 @@
+#include "daemon/sandbox_pool.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <system_error>
+
+#include "common/json_log.h"
+
+namespace pando::daemon {
+
+namespace {
+
+bool has_exited(const StartedSandbox& sandbox) {
+  pollfd p{sandbox.pidfd.get(), POLLIN, 0};
+  return poll(&p, 1, 0) > 0;
+}
+
+// SIGKILL, then reap: a waiting launcher has no children and dies at once.
+void discard(StartedSandbox& sandbox) {
+  if (syscall(SYS_pidfd_send_signal, sandbox.pidfd.get(), SIGKILL, nullptr, 0) != 0 &&
+      errno != ESRCH) {
+    log::warn("prestarted_sandbox_kill_failed",
+              {{"pid", static_cast<int64_t>(sandbox.pid)}, {"errno", errno}});
+  }
+  siginfo_t info{};
+  while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(sandbox.pidfd.get()), &info,
+                WEXITED) != 0 &&
+         errno == EINTR) {
+  }
+}
+
+}  // namespace
+
+SandboxPool::SandboxPool(int launcher_fd, unsigned size)
+    : launcher_fd_(launcher_fd), size_(size), devnull_(open("/dev/null", O_RDWR | O_CLOEXEC)) {
+  if (!devnull_.valid()) throw std::system_error(errno, std::generic_category(), "/dev/null");
+}
+
+SandboxPool::~SandboxPool() { clear(); }
+
+StartedSandbox SandboxPool::take() {
+  while (!waiting_.empty()) {
+    StartedSandbox sandbox = std::move(waiting_.front());
+    waiting_.pop_front();
+    if (!has_exited(sandbox)) return sandbox;
+    // It failed on its own (its setup error waits unread on the control
+    // socket); a fresh one will report the same error if it persists.
+    log::warn("prestarted_sandbox_exited", {{"pid", static_cast<int64_t>(sandbox.pid)}});
+    discard(sandbox);
+  }
+  return start_sandbox(launcher_fd_, devnull_.get());
+}
+
+void SandboxPool::refill() noexcept {
+  const auto now = std::chrono::steady_clock::now();
+  while (!waiting_.empty() && now - waiting_.front().started_at > kMaxIdleAge) {
+    discard(waiting_.front());
+    waiting_.pop_front();
+  }
+  while (waiting_.size() < size_) {
+    try {
+      waiting_.push_back(start_sandbox(launcher_fd_, devnull_.get()));
+    } catch (const std::exception& e) {
+      log::error("prestart_failed", {{"error", std::string(e.what())}});
+      return;
+    }
+  }
+}
+
+void SandboxPool::clear() noexcept {
+  for (StartedSandbox& sandbox : waiting_) discard(sandbox);
+  waiting_.clear();
+}
+
+}  // namespace pando::daemon
