@@ -5,11 +5,13 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <system_error>
 
 #include "daemon/sandbox/mounts.h"
@@ -47,14 +49,14 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
 constexpr int kMoves = 5;
 
 // Runs in the child between clone3 and exec: async-signal-safe syscalls only.
-[[noreturn]] void exec_launcher(const int (&moves)[kMoves][2]) {
+[[noreturn]] void exec_launcher(const int (&moves)[kMoves][2], char* mount_namespace) {
   for (const auto& move : moves) {
     if (dup2(move[0], move[1]) < 0) _exit(127);
   }
   if (fcntl(kLauncherExecFd, F_SETFD, FD_CLOEXEC) != 0) _exit(127);
   if (syscall(SYS_close_range, kLauncherExecFd + 1, ~0U, 0) != 0) _exit(127);
   char name[] = "pando-helper-sandbox";
-  char* const argv[] = {name, nullptr};
+  char* const argv[] = {name, mount_namespace, nullptr};
   char* const envp[] = {nullptr};
   syscall(SYS_execveat, kLauncherExecFd, "", argv, envp, AT_EMPTY_PATH);
   _exit(127);
@@ -64,6 +66,10 @@ constexpr int kMoves = 5;
 
 StartedSandbox start_sandbox(int launcher_fd, int devnull_fd) {
   StartedSandbox started;
+  // The launcher refuses to run in the mount namespace it was started from.
+  struct stat own {};
+  if (stat("/proc/self/ns/mnt", &own) != 0) fail("stat /proc/self/ns/mnt");
+  std::string mount_namespace = std::to_string(own.st_ino);
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) fail("socketpair");
   started.control.reset(pair[0]);
@@ -89,7 +95,7 @@ StartedSandbox start_sandbox(int launcher_fd, int devnull_fd) {
   sigfillset(&all);
   if (pthread_sigmask(SIG_SETMASK, &all, &saved) != 0) fail("pthread_sigmask");
   const long pid = syscall(SYS_clone3, &args, sizeof(args));
-  if (pid == 0) exec_launcher(moves);
+  if (pid == 0) exec_launcher(moves, mount_namespace.data());
   const int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {

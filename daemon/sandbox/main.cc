@@ -7,9 +7,11 @@
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -174,7 +176,33 @@ void check_role_started(int error_read_fd) {
 
 }  // namespace
 
-int main() {
+// The base view is built before any plan arrives, by mounting over /tmp of
+// this mount namespace: only the daemon's clone3() (new pid and mount
+// namespaces) may have started us, and it passes its own mount namespace's
+// inode as argv[1]. Run any other way, refuse before touching a mount.
+bool started_by_the_daemon(int argc, char** argv) {
+  if (argc != 2 || getpid() != 1) return false;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long starter = std::strtoull(argv[1], &end, 10);
+  if (errno != 0 || end == argv[1] || *end != '\0') return false;
+  struct stat own {};
+  if (stat("/proc/self/ns/mnt", &own) != 0) return false;
+  int type = 0;
+  socklen_t length = sizeof(type);
+  return own.st_ino != starter &&
+         getsockopt(sb::kControlFd, SOL_SOCKET, SO_TYPE, &type, &length) == 0 &&
+         type == SOCK_SEQPACKET;
+}
+
+int main(int argc, char** argv) {
+  if (!started_by_the_daemon(argc, argv)) {
+    static constexpr char kMessage[] =
+        "pando-helper-sandbox: started by pando-helperd only (PID 1 of new pid and mount "
+        "namespaces)\n";
+    (void)!write(2, kMessage, sizeof(kMessage) - 1);
+    return 64;
+  }
   // Not dumpable while root state and host fds are around.
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   pid_t role_pid = -1;

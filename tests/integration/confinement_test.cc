@@ -512,6 +512,35 @@ TEST_F(ConfinementTest, PrestartedLaunchersServeOneSessionEach) {
   EXPECT_NE(daemon_->log().find("prestarted_sandbox_exited"), std::string::npos);
 }
 
+// The launcher builds its base view before a plan arrives: run by hand in the
+// host's namespaces it must refuse before touching a mount.
+TEST_F(ConfinementTest, LauncherRefusesToRunOutsideTheDaemon) {
+  const auto mounts_before = host_mounts();
+  struct stat own {};
+  ASSERT_EQ(stat("/proc/self/ns/mnt", &own), 0);
+  for (const std::vector<std::string>& extra :
+       std::vector<std::vector<std::string>>{{}, {"1"}, {std::to_string(own.st_ino)}}) {
+    std::vector<std::string> args{sandbox_binary()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const int null = open("/dev/null", O_RDWR);
+      if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) _exit(125);
+      execv(argv[0], argv.data());
+      _exit(126);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 64)
+        << "argv[1] " << (extra.empty() ? "(none)" : extra[0]) << ": status " << status;
+  }
+  EXPECT_EQ(mount_changes(mounts_before, host_mounts()), "");
+}
+
 // --- issue 3: caller-controlled paths -------------------------------------------
 
 class HostTreeWatch {

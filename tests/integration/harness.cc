@@ -621,6 +621,8 @@ size_t open_fd_count(pid_t pid) {
   return count;
 }
 
+std::string sandbox_binary() { return PANDO_SANDBOX_BIN; }
+
 std::vector<std::string> host_mounts() {
   std::ifstream in("/proc/self/mountinfo");
   std::vector<std::string> lines;

@@ -190,6 +190,9 @@ size_t open_fd_count(pid_t pid);
 // Lines of /proc/self/mountinfo.
 std::vector<std::string> host_mounts();
 
+// The built pando-helper-sandbox.
+std::string sandbox_binary();
+
 // Parses `<key> <value>` lines into a map.
 std::map<std::string, std::string> parse_probe_lines(const std::string& text);
 
