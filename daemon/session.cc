@@ -326,12 +326,6 @@ std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& requ
     return wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};
   }
   launched_ = true;
-  // Dropping the last reference to a mount namespace unmounts its whole tree
-  // and waits for RCU; held here, that happens after the client has its
-  // Exit, not inside the launcher's exit. The launcher is our unreaped child,
-  // so its pid cannot name another process yet.
-  mount_namespace_.reset(
-      open(("/proc/" + std::to_string(sandbox_.pid) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
   pidfd_.assign(sandbox_.pidfd.release());
   pidfd_.async_wait(Descriptor::wait_read,
                     [self = shared_from_this()](const boost::system::error_code& ec) {
@@ -821,8 +815,6 @@ void Session::send_exit() {
   queue_frame(v1::FRAME_EXIT, exit);
   exit_queued_ = true;
   pump_output();
-  // The Exit frame is on its way; the mount tree goes once this handler returns.
-  asio::post(daemon_.io(), [self = shared_from_this()]() { self->mount_namespace_.reset(); });
 }
 
 void Session::close() {
@@ -852,7 +844,6 @@ void Session::close() {
   stdout_.descriptor.close(ignored);
   stderr_.descriptor.close(ignored);
   pidfd_.close(ignored);
-  mount_namespace_.reset();
   if (cgroup_) {
     cgroup_->kill_all();
     if (!cgroup_->remove()) daemon_.defer_cgroup_removal(std::move(cgroup_));

@@ -127,7 +127,6 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string project_root_;
   std::unique_ptr<SessionCgroup> cgroup_;
   StartedSandbox sandbox_;
-  UniqueFd mount_namespace_;  // the session's, released once it has ended
   Descriptor control_;
   Descriptor pidfd_;
   Descriptor stdin_;
