@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <vector>
 
 #include "client/connection.h"
@@ -101,7 +102,6 @@ class Relay {
   Relay(int sock, int signal_fd, bool direct_stdio) : sock_(sock), signal_fd_(signal_fd) {
     stdin_is_pipe_ = is_pipe(STDIN_FILENO);
     stdout_is_pipe_ = is_pipe(STDOUT_FILENO);
-    buffer_.resize(kReadBufferBytes);
     if (direct_stdio) {
       // The role reads our stdin and writes our stdout itself.
       stdin_open_ = false;
@@ -131,7 +131,8 @@ class Relay {
   bool stdin_is_pipe_ = false;
   bool stdout_is_pipe_ = false;
   bool stdin_open_ = true;
-  std::vector<uint8_t> buffer_;
+  // Not zero-filled: a short session touches only the pages it reads into.
+  std::unique_ptr<uint8_t[]> buffer_{new uint8_t[kReadBufferBytes]};
   std::vector<uint8_t> pending_;  // bytes for the socket
   size_t pending_sent_ = 0;
   uint32_t splice_out_ = 0;  // stdin bytes still to splice into the current frame
@@ -159,7 +160,7 @@ bool Relay::read_stdin() {
   }
   ssize_t n;
   do {
-    n = read(STDIN_FILENO, buffer_.data(), buffer_.size());
+    n = read(STDIN_FILENO, buffer_.get(), kReadBufferBytes);
   } while (n < 0 && errno == EINTR);
   if (n < 0 && would_block(errno)) return true;
   if (n <= 0) {
@@ -172,7 +173,7 @@ bool Relay::read_stdin() {
   const size_t start = pending_.size();
   pending_.resize(start + header.size() + static_cast<size_t>(n));
   std::memcpy(pending_.data() + start, header.data(), header.size());
-  std::memcpy(pending_.data() + start + header.size(), buffer_.data(), static_cast<size_t>(n));
+  std::memcpy(pending_.data() + start + header.size(), buffer_.get(), static_cast<size_t>(n));
   return true;
 }
 
@@ -298,8 +299,8 @@ bool Relay::read_socket() {
       exit_code_ = kExitSoftware;
       return false;
     }
-    const size_t want = std::min<size_t>(in_remaining_, buffer_.size());
-    const ssize_t n = recv(sock_, buffer_.data(), want, MSG_DONTWAIT);
+    const size_t want = std::min<size_t>(in_remaining_, kReadBufferBytes);
+    const ssize_t n = recv(sock_, buffer_.get(), want, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && would_block(errno)) return true;
     if (n <= 0) {
@@ -310,12 +311,12 @@ bool Relay::read_socket() {
     in_remaining_ -= static_cast<uint32_t>(n);
     if (wire::is_data_frame(in_type_)) {
       const int fd = to_stdout ? STDOUT_FILENO : STDERR_FILENO;
-      if (!write_all(fd, buffer_.data(), static_cast<size_t>(n)) && to_stdout) {
+      if (!write_all(fd, buffer_.get(), static_cast<size_t>(n)) && to_stdout) {
         exit_code_ = 128 + SIGPIPE;
         return false;
       }
     } else {
-      in_control_.insert(in_control_.end(), buffer_.begin(), buffer_.begin() + n);
+      in_control_.insert(in_control_.end(), buffer_.get(), buffer_.get() + n);
     }
     if (in_remaining_ == 0) {
       in_header_have_ = 0;
