@@ -1,7 +1,6 @@
 #include "daemon/launch.h"
 
 #include <fcntl.h>
-#include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -48,19 +47,31 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
 
 constexpr int kMoves = 5;
 
-// Runs in the child between clone3 and exec: async-signal-safe syscalls only.
-[[noreturn]] void exec_launcher(const int (&moves)[kMoves][2], char* mount_namespace) {
-  for (const auto& move : moves) {
-    if (dup2(move[0], move[1]) < 0) _exit(127);
+struct LauncherExec {
+  const int (*moves)[2];
+  char* mount_namespace;
+};
+
+// Runs in the child between clone and exec, in the daemon's memory:
+// async-signal-safe syscalls only, and no write but to its own stack.
+int exec_launcher(void* arg) {
+  const auto* exec = static_cast<const LauncherExec*>(arg);
+  for (int i = 0; i < kMoves; ++i) {
+    if (dup2(exec->moves[i][0], exec->moves[i][1]) < 0) _exit(127);
   }
   if (fcntl(kLauncherExecFd, F_SETFD, FD_CLOEXEC) != 0) _exit(127);
   if (syscall(SYS_close_range, kLauncherExecFd + 1, ~0U, 0) != 0) _exit(127);
   char name[] = "pando-helper-sandbox";
-  char* const argv[] = {name, mount_namespace, nullptr};
+  char* const argv[] = {name, exec->mount_namespace, nullptr};
   char* const envp[] = {nullptr};
   syscall(SYS_execveat, kLauncherExecFd, "", argv, envp, AT_EMPTY_PATH);
   _exit(127);
 }
+
+// The child's stack. One suffices: with CLONE_VFORK the daemon sleeps until
+// the child has exec'd (or exited), and the daemon starts launchers from one
+// thread only.
+alignas(16) char launcher_stack[64 * 1024];
 
 }  // namespace
 
@@ -83,24 +94,26 @@ StartedSandbox start_sandbox(int launcher_fd, int devnull_fd) {
                                 {parked[3].get(), sandbox::kControlFd},
                                 {parked[4].get(), kLauncherExecFd}};
 
+  // Like posix_spawn: the child borrows our memory until it execs
+  // (CLONE_VM|CLONE_VFORK), so the daemon's page tables are not copied for a
+  // process that replaces them at once. The legacy clone() call, because
+  // glibc offers clone3 no wrapper that runs the child on another stack.
   int pidfd = -1;
-  struct clone_args args {};
-  args.flags =
-      CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
-  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
-  args.exit_signal = SIGCHLD;
+  LauncherExec exec{moves, mount_namespace.data()};
+  const int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWPID |
+                    CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
 
   // No signal handler of the daemon may run in the child before exec.
   sigset_t all, saved;
   sigfillset(&all);
   if (pthread_sigmask(SIG_SETMASK, &all, &saved) != 0) fail("pthread_sigmask");
-  const long pid = syscall(SYS_clone3, &args, sizeof(args));
-  if (pid == 0) exec_launcher(moves, mount_namespace.data());
+  const pid_t pid =
+      clone(exec_launcher, launcher_stack + sizeof(launcher_stack), flags, &exec, &pidfd);
   const int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {
     errno = clone_errno;
-    fail("clone3");
+    fail("clone");
   }
   started.pid = static_cast<pid_t>(pid);
   started.pidfd.reset(pidfd);

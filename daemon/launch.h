@@ -16,7 +16,7 @@ struct DirectStdio {
   UniqueFd stdout_write;
 };
 
-// A pando-helper-sandbox process started with clone3() in new mount, pid,
+// A pando-helper-sandbox process started with clone() in new mount, pid,
 // network, IPC and UTS namespaces, with /dev/null as fds 0-2 and its control
 // socket as fd 3. Until it gets a plan it only prepares what depends on no
 // request, then waits.
@@ -28,7 +28,8 @@ struct StartedSandbox {
 };
 
 // Starts the launcher binary (an O_PATH fd opened at daemon start). Between
-// clone3 and execveat the child only calls async-signal-safe syscalls.
+// clone and execveat the child only calls async-signal-safe syscalls. Not
+// thread-safe (one stack serves every child).
 // Throws std::system_error.
 StartedSandbox start_sandbox(int launcher_fd, int devnull_fd);
 
