@@ -22,7 +22,7 @@ namespace {
 // Pipes as large as the data path wants; fewer wakeups per MiB relayed.
 constexpr int kPipeBytes = 1 << 20;
 // Child-side fds are parked above this before being moved into place, so the
-// dup2() calls after clone3 never overwrite a source still needed.
+// dup2() calls after clone never overwrite a source still needed.
 constexpr int kParkFloor = 64;
 constexpr int kLauncherExecFd = 4;
 

@@ -1,6 +1,6 @@
 #pragma once
 
-// Launchers started ahead of requests. Starting one costs a clone3() with five
+// Launchers started ahead of requests. Starting one costs a clone() with five
 // new namespaces, an exec and the request-independent part of the filesystem
 // view; the pool pays that while no client waits. Each launcher serves exactly
 // one session: its namespaces are fresh and never shared. Waiting launchers
