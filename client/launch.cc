@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "client/connection.h"
+#include "common/fd_passing.h"
 #include "common/json_log.h"
 #include "common/unique_fd.h"
 #include "proto/helper.pb.h"
@@ -77,22 +78,7 @@ bool wants_direct_stdio() {
 
 // Sends `bytes` with `fds` attached (SCM_RIGHTS) to their first byte.
 bool send_with_fds(int sock, const std::vector<uint8_t>& bytes, const std::array<int, 2>& fds) {
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 2)] = {};
-  iovec iov{const_cast<uint8_t*>(bytes.data()), bytes.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  ssize_t n;
-  do {
-    n = sendmsg(sock, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
+  const ssize_t n = pando::send_with_fds(sock, bytes.data(), bytes.size(), fds);
   if (n < 0) return false;
   return send_all(sock, bytes.data() + n, bytes.size() - static_cast<size_t>(n));
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <system_error>
 
+#include "common/fd_passing.h"
 #include "daemon/sandbox/mounts.h"
 
 namespace pando::daemon {
@@ -135,22 +136,7 @@ SessionStdio make_session_stdio(DirectStdio* direct) {
 }
 
 void send_plan(int control_fd, const std::string& plan, const std::vector<int>& fds) {
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
-  iovec iov{const_cast<char*>(plan.data()), plan.size()};
-  msghdr message{};
-  message.msg_iov = &iov;
-  message.msg_iovlen = 1;
-  message.msg_control = control.data();
-  message.msg_controllen = control.size();
-  cmsghdr* c = CMSG_FIRSTHDR(&message);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  ssize_t n;
-  do {
-    n = sendmsg(control_fd, &message, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
+  const ssize_t n = send_with_fds(control_fd, plan.data(), plan.size(), fds);
   if (n < 0) fail("sending the plan");
   if (static_cast<size_t>(n) != plan.size()) {
     errno = EMSGSIZE;

@@ -24,6 +24,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/fd_passing.h"
+
 namespace pando::itest {
 
 namespace fs = std::filesystem;
@@ -499,19 +501,7 @@ bool RawClient::send_frame_with_fds(v1::FrameType type, const std::string& paylo
                                     const std::vector<int>& fds) {
   const auto header = wire::encode_header(type, static_cast<uint32_t>(payload.size()));
   std::string bytes = std::string(header.begin(), header.end()) + payload;
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
-  iovec iov{bytes.data(), bytes.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.data();
-  msg.msg_controllen = control.size();
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  const ssize_t n = sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
+  const ssize_t n = send_with_fds(fd_.get(), bytes.data(), bytes.size(), fds);
   if (n < 0) return false;
   return send_bytes(bytes.substr(static_cast<size_t>(n)));
 }
