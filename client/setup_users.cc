@@ -1,9 +1,7 @@
 #include "client/setup_users.h"
 
 #ifdef __linux__
-#include <grp.h>
-#include <pwd.h>
-#include <shadow.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -11,13 +9,18 @@
 
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <vector>
+
+#include "common/unique_fd.h"
 #endif
 
 namespace pando::client {
@@ -39,13 +42,11 @@ struct IdRange {
   unsigned long max;
 };
 
-struct Account {
-  uid_t uid;
-  std::string shell;
-  std::string home;
-  std::string passwd;                 // the passwd field, "x" when shadowed
-  std::optional<std::string> shadow;  // the shadow password field, if any
-};
+using detail::AccountFiles;
+using Account = detail::LocalAccount;
+
+// useradd and groupadd exit with this when the name is taken (E_NAME_IN_USE).
+constexpr int kNameInUse = 9;
 
 // The system ranges useradd/groupadd --system allocate from, so that the
 // check agrees with what they create.
@@ -74,49 +75,6 @@ bool valid_name(const std::string& name) {
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-')) return false;
   }
   return true;
-}
-
-std::vector<char> lookup_buffer(int which) {
-  const long hint = sysconf(which);
-  return std::vector<char>(hint > 0 ? static_cast<size_t>(hint) : 4096);
-}
-
-std::optional<Account> lookup_user(const std::string& name) {
-  std::vector<char> buf = lookup_buffer(_SC_GETPW_R_SIZE_MAX);
-  struct passwd pw {};
-  struct passwd* found = nullptr;
-  int rc;
-  while ((rc = getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found)) == ERANGE) {
-    buf.resize(buf.size() * 2);
-  }
-  if (rc != 0) throw std::runtime_error("getpwnam_r(" + name + "): " + std::strerror(rc));
-  if (found == nullptr) return std::nullopt;
-  Account account{pw.pw_uid, pw.pw_shell ? pw.pw_shell : "", pw.pw_dir ? pw.pw_dir : "",
-                  pw.pw_passwd ? pw.pw_passwd : "", std::nullopt};
-
-  std::vector<char> sbuf(4096);
-  struct spwd sp {};
-  struct spwd* sfound = nullptr;
-  while ((rc = getspnam_r(name.c_str(), &sp, sbuf.data(), sbuf.size(), &sfound)) == ERANGE) {
-    sbuf.resize(sbuf.size() * 2);
-  }
-  if (rc != 0 && rc != ENOENT) {
-    throw std::runtime_error("getspnam_r(" + name + "): " + std::strerror(rc));
-  }
-  if (sfound != nullptr && sp.sp_pwdp != nullptr) account.shadow = sp.sp_pwdp;
-  return account;
-}
-
-bool group_exists(const std::string& name) {
-  std::vector<char> buf = lookup_buffer(_SC_GETGR_R_SIZE_MAX);
-  struct group gr {};
-  struct group* found = nullptr;
-  int rc;
-  while ((rc = getgrnam_r(name.c_str(), &gr, buf.data(), buf.size(), &found)) == ERANGE) {
-    buf.resize(buf.size() * 2);
-  }
-  if (rc != 0) throw std::runtime_error("getgrnam_r(" + name + "): " + std::strerror(rc));
-  return found != nullptr;
 }
 
 bool locked(const std::string& password) {
@@ -150,8 +108,10 @@ std::string join(const std::vector<std::string>& parts) {
 }
 
 // Runs an absolute-path tool without a shell and with a fixed environment.
-bool run_tool(const char* path, const std::vector<std::string>& args, std::ostream& out,
-              std::ostream& err) {
+// Returns its exit status, or -1 when it could not run or was killed; every
+// failure is also reported on `err`.
+int run_tool(const char* path, const std::vector<std::string>& args, std::ostream& out,
+             std::ostream& err) {
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(path));
   for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
@@ -165,7 +125,7 @@ bool run_tool(const char* path, const std::vector<std::string>& args, std::ostre
   const pid_t pid = fork();
   if (pid < 0) {
     err << "fork: " << std::strerror(errno) << "\n";
-    return false;
+    return -1;
   }
   if (pid == 0) {
     execve(path, argv.data(), envp);
@@ -177,17 +137,25 @@ bool run_tool(const char* path, const std::vector<std::string>& args, std::ostre
   }
   if (waited < 0) {
     err << "waitpid: " << std::strerror(errno) << "\n";
-    return false;
+    return -1;
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
   std::string command = path;
   for (const std::string& arg : args) command += " " + arg;
   if (WIFEXITED(status)) {
     err << command << ": exited with status " << WEXITSTATUS(status) << "\n";
-  } else {
-    err << command << ": killed by signal " << WTERMSIG(status) << "\n";
+    return WEXITSTATUS(status);
   }
-  return false;
+  err << command << ": killed by signal " << WTERMSIG(status) << "\n";
+  return -1;
+}
+
+// Called when useradd/groupadd report a name in use that the local files do
+// not have: it comes from another NSS source (LDAP, NIS, sssd...), whose
+// accounts this command neither creates nor vouches for.
+void explain_name_in_use(const std::string& name, const std::string& file, std::ostream& err) {
+  err << name << ": refused: the name is in use, but not in " << file
+      << " (an account from another source such as LDAP?); choose another name\n";
 }
 
 struct Role {
@@ -217,15 +185,16 @@ int setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostrea
     return 2;
   }
 
+  const AccountFiles files;
   const IdRange uids = read_system_range("SYS_UID_MIN", "SYS_UID_MAX");
   std::array<bool, 2> missing{};
   bool refused = false;
   for (size_t i = 0; i < roles.size(); ++i) {
     const std::string& name = roles[i].user;
-    const std::optional<Account> account = lookup_user(name);
+    const std::optional<Account> account = detail::find_local_user(files, name);
     if (!account) {
       missing[i] = true;
-      if (group_exists(name)) {
+      if (detail::local_group_exists(files, name)) {
         err << name << ": refused: a group '" << name
             << "' exists without that user; remove the group or create the user yourself\n";
         refused = true;
@@ -242,10 +211,12 @@ int setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostrea
   if (refused) return 1;
 
   if (options.create_group) {
-    if (group_exists(options.group)) {
+    if (detail::local_group_exists(files, options.group)) {
       out << options.group << ": group already exists, unchanged\n";
     } else {
-      if (!run_tool(kGroupadd, {"--system", options.group}, out, err)) return 1;
+      const int status = run_tool(kGroupadd, {"--system", options.group}, out, err);
+      if (status == kNameInUse) explain_name_in_use(options.group, files.group, err);
+      if (status != 0) return 1;
       out << options.group << ": system group created\n";
     }
   }
@@ -257,16 +228,16 @@ int setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostrea
       continue;
     }
     const std::string comment = std::string("Pando ") + roles[i].label + " role";
-    if (!run_tool(kUseradd,
-                  {"--system", "--user-group", "--no-create-home", "--home-dir", kNoHome, "--shell",
-                   kNoLoginShell, "--comment", comment, name},
-                  out, err)) {
-      return 1;
-    }
-    std::optional<Account> account = lookup_user(name);
+    const int status = run_tool(kUseradd,
+                                {"--system", "--user-group", "--no-create-home", "--home-dir",
+                                 kNoHome, "--shell", kNoLoginShell, "--comment", comment, name},
+                                out, err);
+    if (status == kNameInUse) explain_name_in_use(name, files.passwd + " or " + files.group, err);
+    if (status != 0) return 1;
+    std::optional<Account> account = detail::find_local_user(files, name);
     if (account && !locked(account->shadow ? *account->shadow : account->passwd)) {
-      if (!run_tool(kUsermod, {"--lock", name}, out, err)) return 1;
-      account = lookup_user(name);
+      if (run_tool(kUsermod, {"--lock", name}, out, err) != 0) return 1;
+      account = detail::find_local_user(files, name);
     }
     if (!account) {
       err << name << ": useradd succeeded but the user cannot be found\n";
@@ -283,6 +254,109 @@ int setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostrea
 }
 
 }  // namespace
+
+namespace detail {
+namespace {
+
+// The whole file, or nullopt when it does not exist.
+std::optional<std::string> read_account_file(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return std::nullopt;
+    throw std::runtime_error(path + ": " + std::strerror(errno));
+  }
+  std::string contents;
+  char chunk[16384];
+  for (;;) {
+    const ssize_t got = read(fd.get(), chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw std::runtime_error(path + ": " + std::strerror(errno));
+    if (got == 0) return contents;
+    contents.append(chunk, static_cast<size_t>(got));
+  }
+}
+
+std::string read_required(const std::string& path) {
+  std::optional<std::string> contents = read_account_file(path);
+  if (!contents) throw std::runtime_error(path + ": " + std::strerror(ENOENT));
+  return std::move(*contents);
+}
+
+std::vector<std::string_view> split(std::string_view line, char separator) {
+  std::vector<std::string_view> fields;
+  for (;;) {
+    const size_t at = line.find(separator);
+    fields.push_back(line.substr(0, at));
+    if (at == std::string_view::npos) return fields;
+    line.remove_prefix(at + 1);
+  }
+}
+
+// A decimal uid/gid as the account tools write it: no sign, no blanks, and
+// not (uid_t)-1, which means "no id" to the kernel.
+std::optional<uid_t> parse_id(std::string_view text) {
+  unsigned long long value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() ||
+      value >= std::numeric_limits<uid_t>::max()) {
+    return std::nullopt;
+  }
+  return static_cast<uid_t>(value);
+}
+
+using Fields = std::vector<std::string_view>;
+
+// The fields of the first line for `name` with `min_fields` to `max_fields`
+// fields that `valid` accepts. Comments, blank lines and NIS compat lines
+// ('+'/'-', only meaningful to nss_compat, never written by useradd) are skipped.
+std::optional<Fields> find_entry(std::string_view contents, std::string_view name,
+                                 size_t min_fields, size_t max_fields,
+                                 bool (*valid)(const Fields&)) {
+  for (std::string_view line : split(contents, '\n')) {
+    if (line.empty() || line[0] == '#' || line[0] == '+' || line[0] == '-') continue;
+    Fields fields = split(line, ':');
+    if (fields[0] != name || fields.size() < min_fields || fields.size() > max_fields) continue;
+    if (valid(fields)) return fields;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+// useradd, usermod and groupadd (shadow-utils) manage exactly these files, so
+// they, not NSS, are the authority for the accounts this command creates and
+// checks: an account from another NSS source (LDAP, NIS, sssd) with a role's
+// name is not a local system user, and must not be taken for one. Reading the
+// files also keeps glibc's NSS (dlopen of libnss_*) out of the static client.
+std::optional<LocalAccount> find_local_user(const AccountFiles& files, const std::string& name) {
+  const std::string passwd = read_required(files.passwd);
+  // name:password:uid:gid:gecos:home:shell
+  const std::optional<Fields> user = find_entry(passwd, name, 7, 7, [](const Fields& fields) {
+    return parse_id(fields[2]) && parse_id(fields[3]);
+  });
+  if (!user) return std::nullopt;
+  const Fields& fields = *user;
+  LocalAccount account{*parse_id(fields[2]), std::string(fields[6]), std::string(fields[5]),
+                       std::string(fields[1]), std::nullopt};
+  // name:password:lastchange:min:max:warn:inactive:expire:reserved. Only the
+  // password matters here, so any line with one counts (a line glibc would
+  // reject still must not hide a usable password).
+  if (const std::optional<std::string> shadow = read_account_file(files.shadow)) {
+    const std::optional<Fields> entry =
+        find_entry(*shadow, name, 2, 9, [](const Fields&) { return true; });
+    if (entry) account.shadow = std::string((*entry)[1]);
+  }
+  return account;
+}
+
+bool local_group_exists(const AccountFiles& files, const std::string& name) {
+  // name:password:gid:members
+  return find_entry(read_required(files.group), name, 4, 4,
+                    [](const Fields& fields) { return parse_id(fields[2]).has_value(); })
+      .has_value();
+}
+
+}  // namespace detail
 
 int run_setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostream& err) {
   try {

@@ -1,5 +1,8 @@
 #pragma once
 
+#include <sys/types.h>
+
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -23,5 +26,34 @@ struct SetupUsersOptions {
 // or a tool failed, 2 usage error or not root. Progress goes to `out`, the
 // reason for a non-zero code to `err`, one line each.
 int run_setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostream& err);
+
+// Exposed for tests: how setup-users reads the local account files.
+namespace detail {
+
+struct AccountFiles {
+  std::string passwd = "/etc/passwd";
+  std::string group = "/etc/group";
+  std::string shadow = "/etc/shadow";
+};
+
+struct LocalAccount {
+  uid_t uid;
+  std::string shell;
+  std::string home;
+  std::string passwd;                 // the passwd field, "x" when shadowed
+  std::optional<std::string> shadow;  // the shadow password field, if any
+};
+
+// The first well-formed entry for `name` in files.passwd, with its password
+// field from files.shadow when that file has an entry for it (a missing shadow
+// file counts as no entry). Lines that do not parse, and NIS '+'/'-' lines, are
+// skipped. Throws std::runtime_error when a file exists but cannot be read.
+std::optional<LocalAccount> find_local_user(const AccountFiles& files, const std::string& name);
+
+// Whether files.group has a well-formed entry named `name`. Throws like
+// find_local_user.
+bool local_group_exists(const AccountFiles& files, const std::string& name);
+
+}  // namespace detail
 
 }  // namespace pando::client

@@ -23,6 +23,9 @@ namespace {
 
 using pando::client::run_setup_users;
 using pando::client::SetupUsersOptions;
+using pando::client::detail::AccountFiles;
+using pando::client::detail::find_local_user;
+using pando::client::detail::local_group_exists;
 
 constexpr const char* kCore = "pandotest-core";
 constexpr const char* kWorkspace = "pandotest-ws";
@@ -201,6 +204,186 @@ TEST_F(SetupUsersTest, RequiresRoot) {
   });
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_EQ(getpwnam(kCore), nullptr);
+}
+
+// --- reading the local account files (temporary copies, never the real /etc)
+
+class AccountFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/pandotest-accounts-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    files_.passwd = dir_ + "/passwd";
+    files_.group = dir_ + "/group";
+    files_.shadow = dir_ + "/shadow";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  static void Write(const std::string& path, const std::string& contents) {
+    std::ofstream(path, std::ios::binary) << contents;
+  }
+
+  std::string dir_;
+  AccountFiles files_;
+};
+
+constexpr const char* kCoreLine =
+    "pandotest-core:x:998:998:Pando core role:/nonexistent:/usr/sbin/nologin\n";
+
+TEST_F(AccountFilesTest, ReadsAUserAndItsShadowPassword) {
+  Write(files_.passwd, std::string("root:x:0:0:root:/root:/bin/bash\n") + kCoreLine);
+  Write(files_.shadow, "root:*:19000:0:99999:7:::\npandotest-core:!:19000::::::\n");
+  const auto account = find_local_user(files_, "pandotest-core");
+  ASSERT_TRUE(account.has_value());
+  EXPECT_EQ(account->uid, 998u);
+  EXPECT_EQ(account->shell, "/usr/sbin/nologin");
+  EXPECT_EQ(account->home, "/nonexistent");
+  EXPECT_EQ(account->passwd, "x");
+  ASSERT_TRUE(account->shadow.has_value());
+  EXPECT_EQ(*account->shadow, "!");
+  EXPECT_FALSE(find_local_user(files_, "pandotest-ws").has_value());
+}
+
+TEST_F(AccountFilesTest, MatchesTheWholeName) {
+  Write(files_.passwd, kCoreLine);
+  Write(files_.shadow, "");
+  EXPECT_FALSE(find_local_user(files_, "pandotest-cor").has_value());
+  EXPECT_FALSE(find_local_user(files_, "pandotest-core2").has_value());
+  EXPECT_FALSE(find_local_user(files_, "andotest-core").has_value());
+}
+
+TEST_F(AccountFilesTest, AUserWithoutShadowEntryHasNoShadowPassword) {
+  Write(files_.passwd, kCoreLine);
+  Write(files_.shadow, "root:*:19000:0:99999:7:::\npandotest-core2:!:19000::::::\n");
+  const auto account = find_local_user(files_, "pandotest-core");
+  ASSERT_TRUE(account.has_value());
+  EXPECT_FALSE(account->shadow.has_value());
+}
+
+TEST_F(AccountFilesTest, AMissingShadowFileMeansNoShadowPassword) {
+  Write(files_.passwd, kCoreLine);
+  const auto account = find_local_user(files_, "pandotest-core");
+  ASSERT_TRUE(account.has_value());
+  EXPECT_FALSE(account->shadow.has_value());
+}
+
+TEST_F(AccountFilesTest, AnEmptyShadowPasswordIsKeptEmpty) {
+  Write(files_.passwd, kCoreLine);
+  Write(files_.shadow, "pandotest-core::19000:0:99999:7:::\n");
+  const auto account = find_local_user(files_, "pandotest-core");
+  ASSERT_TRUE(account.has_value());
+  ASSERT_TRUE(account->shadow.has_value());
+  EXPECT_EQ(*account->shadow, "");
+}
+
+TEST_F(AccountFilesTest, SkipsMalformedPasswdLines) {
+  for (const std::string line : {
+           "pandotest-core:x:998:998:gecos:/nonexistent\n",                 // 6 fields
+           "pandotest-core:x:998:998:gecos:/nonexistent:/bin/sh:extra\n",   // 8 fields
+           "pandotest-core:x::998:gecos:/nonexistent:/usr/sbin/nologin\n",  // empty uid
+           "pandotest-core:x:abc:998:gecos:/nonexistent:/usr/sbin/nologin\n",
+           "pandotest-core:x:-1:998:gecos:/nonexistent:/usr/sbin/nologin\n",
+           "pandotest-core:x:+5:998:gecos:/nonexistent:/usr/sbin/nologin\n",
+           "pandotest-core:x: 998:998:gecos:/nonexistent:/usr/sbin/nologin\n",
+           "pandotest-core:x:998x:998:gecos:/nonexistent:/usr/sbin/nologin\n",
+           "pandotest-core:x:4294967295:998:gecos:/nonexistent:/usr/sbin/nologin\n",
+           "pandotest-core:x:99999999999999999999:998:g:/nonexistent:/usr/sbin/nologin\n",
+           "pandotest-core:x:998:oops:gecos:/nonexistent:/usr/sbin/nologin\n",
+           "+pandotest-core:x:998:998:gecos:/nonexistent:/usr/sbin/nologin\n",  // NIS
+           "-pandotest-core:x:998:998:gecos:/nonexistent:/usr/sbin/nologin\n",
+           "+\n",
+           "#pandotest-core:x:998:998:gecos:/nonexistent:/usr/sbin/nologin\n",
+           " pandotest-core:x:998:998:gecos:/nonexistent:/usr/sbin/nologin\n",
+       }) {
+    Write(files_.passwd, "root:x:0:0:root:/root:/bin/bash\n\n" + line);
+    EXPECT_FALSE(find_local_user(files_, "pandotest-core").has_value()) << line;
+    // A malformed line does not hide a well-formed one after it.
+    Write(files_.passwd, line + "\n" + kCoreLine);
+    const auto account = find_local_user(files_, "pandotest-core");
+    ASSERT_TRUE(account.has_value()) << line;
+    EXPECT_EQ(account->uid, 998u) << line;
+  }
+}
+
+TEST_F(AccountFilesTest, TheFirstEntryWinsAndTheLastLineNeedsNoNewline) {
+  Write(files_.passwd,
+        "pandotest-core:x:997:997::/nonexistent:/usr/sbin/nologin\n"
+        "pandotest-core:x:996:996::/nonexistent:/bin/bash");
+  Write(files_.shadow, "pandotest-core:*\npandotest-core:secret:19000::::::");
+  auto account = find_local_user(files_, "pandotest-core");
+  ASSERT_TRUE(account.has_value());
+  EXPECT_EQ(account->uid, 997u);
+  EXPECT_EQ(*account->shadow, "*");
+
+  Write(files_.passwd, "pandotest-core:x:996:996::/home/x:/bin/bash");
+  account = find_local_user(files_, "pandotest-core");
+  ASSERT_TRUE(account.has_value());
+  EXPECT_EQ(account->shell, "/bin/bash");
+}
+
+TEST_F(AccountFilesTest, ShadowLinesNeedAPasswordFieldAndAtMostNineFields) {
+  Write(files_.passwd, kCoreLine);
+  for (const std::string line : {"pandotest-core\n", "pandotest-core:!:1:2:3:4:5:6:7:8\n",
+                                 "+pandotest-core:!:19000::::::\n"}) {
+    Write(files_.shadow, line);
+    const auto account = find_local_user(files_, "pandotest-core");
+    ASSERT_TRUE(account.has_value());
+    EXPECT_FALSE(account->shadow.has_value()) << line;
+  }
+  // Only the password matters: a line with just name and password counts.
+  Write(files_.shadow, "pandotest-core:pw\n");
+  EXPECT_EQ(find_local_user(files_, "pandotest-core")->shadow, "pw");
+}
+
+TEST_F(AccountFilesTest, Groups) {
+  Write(files_.group,
+        "root:x:0:\n"
+        "pandotest-grp:x:997:pandotest-core,pandotest-ws\n"
+        "pandotest-bad:x:oops:\n"
+        "+pandotest-nis:x:996:\n"
+        "pandotest-short:x:995\n"
+        "pandotest-last:x:994:");
+  EXPECT_TRUE(local_group_exists(files_, "pandotest-grp"));
+  EXPECT_TRUE(local_group_exists(files_, "pandotest-last"));
+  EXPECT_TRUE(local_group_exists(files_, "root"));
+  EXPECT_FALSE(local_group_exists(files_, "pandotest-bad"));
+  EXPECT_FALSE(local_group_exists(files_, "pandotest-nis"));
+  EXPECT_FALSE(local_group_exists(files_, "+pandotest-nis"));
+  EXPECT_FALSE(local_group_exists(files_, "pandotest-short"));
+  EXPECT_FALSE(local_group_exists(files_, "pandotest-gr"));
+  EXPECT_FALSE(local_group_exists(files_, "pandotest-core"));
+}
+
+TEST_F(AccountFilesTest, MissingOrUnreadablePasswdAndGroupFilesAreErrors) {
+  EXPECT_THROW(find_local_user(files_, "pandotest-core"), std::runtime_error);
+  EXPECT_THROW(local_group_exists(files_, "pandotest-grp"), std::runtime_error);
+  std::filesystem::create_directory(files_.passwd);
+  std::filesystem::create_directory(files_.group);
+  EXPECT_THROW(find_local_user(files_, "pandotest-core"), std::runtime_error);
+  EXPECT_THROW(local_group_exists(files_, "pandotest-grp"), std::runtime_error);
+  // A shadow file that exists but cannot be read is an error too, unlike a missing one.
+  std::filesystem::remove(files_.passwd);
+  Write(files_.passwd, kCoreLine);
+  std::filesystem::create_directory(files_.shadow);
+  EXPECT_THROW(find_local_user(files_, "pandotest-core"), std::runtime_error);
+}
+
+// The real files agree with NSS about root on this machine.
+TEST(LocalAccountFiles, AgreeWithNssForRoot) {
+  const passwd* pw = getpwnam("root");
+  ASSERT_NE(pw, nullptr);
+  const auto account = find_local_user(AccountFiles{}, "root");
+  ASSERT_TRUE(account.has_value());
+  EXPECT_EQ(account->uid, pw->pw_uid);
+  EXPECT_EQ(account->shell, pw->pw_shell);
+  EXPECT_EQ(account->home, pw->pw_dir);
+  const spwd* sp = getspnam("root");
+  ASSERT_NE(sp, nullptr);
+  ASSERT_TRUE(account->shadow.has_value());
+  EXPECT_EQ(*account->shadow, sp->sp_pwdp);
+  EXPECT_TRUE(local_group_exists(AccountFiles{}, "root"));
+  EXPECT_FALSE(local_group_exists(AccountFiles{}, "pandotest-none"));
 }
 
 }  // namespace
