@@ -187,6 +187,18 @@ struct RunResult {
   int status = -1;
 };
 
+// Everything a child reported on `fd` until it closed; closes `fd`.
+std::string read_and_close(int fd) {
+  std::string text;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) {
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  return text;
+}
+
 int relocate(int fd) {
   if (fd < 0) return -1;
   const int moved = fcntl(fd, F_DUPFD, 20);
@@ -252,13 +264,7 @@ RunResult run_sandboxed(const SandboxPlan& plan, const std::function<SandboxFds(
     _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   }
   close(pipe_fds[1]);
-  std::string text;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(pipe_fds[0], buffer, sizeof(buffer))) > 0) {
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
-  close(pipe_fds[0]);
+  const std::string text = read_and_close(pipe_fds[0]);
   waitpid(outer, &result.status, 0);
   std::size_t pos = 0;
   while (pos < text.size()) {
@@ -615,13 +621,7 @@ TEST_F(MountsTest, UnsupportedFilesystemIsRefused) {
     _exit(0);
   }
   close(pipe_fds[1]);
-  std::string text;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = read(pipe_fds[0], buffer, sizeof(buffer))) > 0) {
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
-  close(pipe_fds[0]);
+  const std::string text = read_and_close(pipe_fds[0]);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
