@@ -22,9 +22,9 @@ field() { dpkg-deb -f "$deb" "$1"; }
 [ "$(field Package)" = pando-helper ] || fail "Package"
 [ "$(field Architecture)" = "$(dpkg --print-architecture)" ] || fail "Architecture"
 depends=$(field Depends)
-# The daemon's libraries. The launcher is static-pie and the client static
-# but for glibc (PANDO_STATIC_BINARIES), so libcap2, libseccomp2 and
-# libprotobuf-lite32 need not appear.
+# The daemon's libraries. The launcher and the client are static-pie
+# (PANDO_STATIC_BINARIES), so libcap2, libseccomp2 and libprotobuf-lite32 need
+# not appear.
 for lib in libc6 libprotobuf libspdlog libfmt libstdc++6; do
 	grep -q "$lib" <<<"$depends" || fail "Depends lacks $lib: $depends"
 done
