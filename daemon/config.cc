@@ -156,7 +156,7 @@ DaemonConfig parse_config(const std::string& text, const std::string& origin) {
   if (config.max_sessions_per_uid() == 0) {
     checker.fail({"max_sessions_per_uid"}, -1, "must be at least 1");
   }
-  if (!config.has_prestarted_sandboxes()) config.set_prestarted_sandboxes(1);
+  if (!config.has_prestarted_sandboxes()) config.set_prestarted_sandboxes(2);
   if (config.prestarted_sandboxes() > 16) {
     checker.fail({"prestarted_sandboxes"}, -1, "must be at most 16");
   }

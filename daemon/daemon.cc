@@ -34,6 +34,9 @@ namespace {
 // ones are refused outright.
 constexpr unsigned kHandshakeSlack = 64;
 constexpr auto kShutdownGrace = std::chrono::seconds(5);
+// A session that runs this long gets its replacement launcher while it runs;
+// a shorter one when it ends (see Session::handle_sandbox_event).
+constexpr auto kPrestartDelay = std::chrono::seconds(1);
 
 [[noreturn]] void fail(const std::string& what) {
   throw std::runtime_error(what + ": " + std::strerror(errno));
@@ -68,7 +71,8 @@ Daemon::Daemon(DaemonConfig config, DaemonOptions options)
       shutdown_timer_(io_),
       idle_timer_(io_),
       cgroup_retry_timer_(io_),
-      prestart_timer_(io_) {}
+      prestart_timer_(io_),
+      prestart_later_timer_(io_) {}
 
 Daemon::~Daemon() {
   if (owns_socket_file_) unlink(socket_path_.c_str());
@@ -287,6 +291,16 @@ void Daemon::schedule_prestart() {
   });
 }
 
+void Daemon::schedule_prestart_later() {
+  if (prestart_later_armed_ || pool_->size() == 0) return;
+  prestart_later_armed_ = true;
+  prestart_later_timer_.expires_after(kPrestartDelay);
+  prestart_later_timer_.async_wait([this](const boost::system::error_code& ec) {
+    prestart_later_armed_ = false;
+    if (!ec && !shutting_down_) pool_->refill();
+  });
+}
+
 void Daemon::arm_prestart_timer() {
   if (pool_->size() == 0) return;
   prestart_timer_.expires_after(SandboxPool::kMaxIdleAge / 2);
@@ -373,6 +387,7 @@ void Daemon::begin_shutdown() {
   }
   idle_timer_.cancel();
   prestart_timer_.cancel();
+  prestart_later_timer_.cancel();
   if (pool_) pool_->clear();
   signals_.cancel(ignored);
   const auto live = sessions_;

@@ -46,8 +46,10 @@ class Daemon {
   // A launcher for a session: pre-started when one waits, else started now.
   // Throws std::system_error.
   StartedSandbox take_sandbox();
-  // Tops the pre-started launchers up once the current handler returns.
+  // Tops the prestarted launchers up once the current handler returns.
   void schedule_prestart();
+  // The same, kPrestartDelay from now unless it happens sooner.
+  void schedule_prestart_later();
   // The user namespace that idmaps caller -> role for mounts, made once per
   // id quadruple (no process lives in it). Throws sandbox::SetupError.
   int idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid, gid_t role_gid);
@@ -91,7 +93,9 @@ class Daemon {
   UniqueFd launcher_;
   std::optional<SandboxPool> pool_;
   boost::asio::steady_timer prestart_timer_;
+  boost::asio::steady_timer prestart_later_timer_;
   bool prestart_scheduled_ = false;
+  bool prestart_later_armed_ = false;
   std::map<std::array<uint32_t, 4>, UniqueFd> idmap_userns_;
   std::optional<CgroupManager> cgroups_;
   std::set<std::shared_ptr<Session>> sessions_;

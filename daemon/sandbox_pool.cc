@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -49,7 +50,12 @@ StartedSandbox SandboxPool::take() {
   while (!waiting_.empty()) {
     StartedSandbox sandbox = std::move(waiting_.front());
     waiting_.pop_front();
-    if (!has_exited(sandbox)) return sandbox;
+    if (!has_exited(sandbox)) {
+      // A launcher still preparing runs at SCHED_IDLE; a client waits on it now.
+      sched_param param{};
+      sched_setscheduler(sandbox.pid, SCHED_OTHER, &param);
+      return sandbox;
+    }
     // It failed on its own (its setup error waits unread on the control
     // socket); a fresh one will report the same error if it persists.
     log::warn("prestarted_sandbox_exited", {{"pid", static_cast<int64_t>(sandbox.pid)}});

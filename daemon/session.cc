@@ -398,9 +398,11 @@ void Session::handle_control_events() {
 }
 
 void Session::handle_sandbox_event(const sbv1::SandboxEvent& event) {
-  // This launch's setup is over either way: the next launcher can start now
-  // without competing with it.
-  if (event.has_setup_failed() || event.has_started()) daemon_.schedule_prestart();
+  // A failed setup is over: its replacement can start now. A started one
+  // gets its replacement when it ends (close()) or, for a long session, after
+  // a delay: starting launchers while a short session runs slows it down.
+  if (event.has_setup_failed()) daemon_.schedule_prestart();
+  if (event.has_started()) daemon_.schedule_prestart_later();
   if (event.has_setup_failed() && state_ == State::kStarting) {
     const auto code = static_cast<v1::ErrorCode>(event.setup_failed().code());
     return reject(v1::ErrorCode_IsValid(code) ? code : v1::ERROR_LAUNCH_FAILED,
@@ -851,6 +853,7 @@ void Session::close() {
   }
   if (reserved_) daemon_.release_session(peer_.uid);
   reserved_ = false;
+  if (launched_) daemon_.schedule_prestart();
   daemon_.session_closed(this);
 }
 

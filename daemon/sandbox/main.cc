@@ -161,6 +161,14 @@ std::vector<char*> to_argv(google::protobuf::RepeatedPtrField<std::string>* item
                           ": " + std::strerror(errno));
 }
 
+// Work done ahead of a request must not take CPU from requests being served:
+// SCHED_IDLE until the plan arrives (the daemon lifts it already when it
+// takes this launcher), then the normal policy, which the role inherits.
+void set_scheduling(int policy) {
+  sched_param param{};
+  if (sched_setscheduler(0, policy, &param) != 0) sb::throw_errno("sched_setscheduler");
+}
+
 struct RoleStart {
   SandboxPlan* plan;
   const sb::SeccompProgram* seccomp;
@@ -251,10 +259,12 @@ int main(int argc, char** argv) {
   try {
     // Everything up to receive_plan() depends on no request: the daemon may
     // start this launcher ahead of time, and it then waits for the plan here.
+    set_scheduling(SCHED_IDLE);
     sb::set_up_namespaces();
     sb::BaseView view = sb::build_base_view();
     const sb::SeccompProgram seccomp = sb::build_seccomp_program();
     ReceivedPlan received = receive_plan();
+    set_scheduling(SCHED_OTHER);
     plan = std::move(received.plan);
     // The daemon moved us into the session's cgroups before sending the plan.
     sb::enter_cgroup_namespace();

@@ -3,6 +3,7 @@
 // sandbox and prints one marker line; the tests compare those lines.
 
 #include <fcntl.h>
+#include <sched.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -459,7 +460,7 @@ void ConfinementTest::expect_sessions_leave_nothing(unsigned prestarted) {
   EXPECT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0), 0);
 }
 
-TEST_F(ConfinementTest, SessionsLeaveNothingOnTheHost) { expect_sessions_leave_nothing(1); }
+TEST_F(ConfinementTest, SessionsLeaveNothingOnTheHost) { expect_sessions_leave_nothing(2); }
 
 TEST_F(ConfinementTest, SessionsLeaveNothingOnTheHostWithoutPrestartedLaunchers) {
   DaemonOptions options;
@@ -471,6 +472,9 @@ TEST_F(ConfinementTest, SessionsLeaveNothingOnTheHostWithoutPrestartedLaunchers)
 // Each prestarted launcher serves exactly one session: its namespaces are
 // never seen by a second one, and it holds nothing of a caller while it waits.
 TEST_F(ConfinementTest, PrestartedLaunchersServeOneSessionEach) {
+  DaemonOptions options;
+  options.extra_config = "prestarted_sandboxes: 1\n";
+  start_daemon(options);
   auto waiting = [&] {
     const auto children = children_of(daemon_->pid());
     return children.size() == 1 && is_waiting_launcher(children[0]) ? children[0] : pid_t{-1};
@@ -483,29 +487,59 @@ TEST_F(ConfinementTest, PrestartedLaunchersServeOneSessionEach) {
   EXPECT_NE(first_net, ns_of(getpid(), "net"));
   EXPECT_NE(ns_of(first, "mnt"), ns_of(getpid(), "mnt"));
   EXPECT_NE(ns_of(first, "pid_for_children"), ns_of(getpid(), "pid_for_children"));
+  // Preparing ahead of requests never takes CPU from a session...
+  EXPECT_EQ(sched_getscheduler(first), SCHED_IDLE);
 
-  const std::string show = "readlink /proc/self/ns/net /proc/self/ns/mnt /proc/self/ns/ipc";
-  const RunResult one = sh(show);
-  ASSERT_EQ(one.exit_code, 0) << one.err;
-  const RunResult two = sh(show);
-  ASSERT_EQ(two.exit_code, 0) << two.err;
-  const auto one_ns = lines_of(one.out);
-  const auto two_ns = lines_of(two.out);
-  ASSERT_EQ(one_ns.size(), 3u) << one.out;
-  ASSERT_EQ(two_ns.size(), 3u) << two.out;
+
+  // Two sessions alive at once (namespace numbers are reused once freed):
+  // the first gets the waiting launcher, and they share no namespace.
+  const std::string show =
+      "readlink /proc/self/ns/net /proc/self/ns/mnt /proc/self/ns/ipc; chrt -p $$; echo ready; "
+      "read x || true\n";
+  auto start = [&] {
+    return std::make_unique<RunningClient>(
+        caller(), std::vector<std::string>{daemon_->client(), "security", "launch", "--role",
+                                           "workspace", "--project-root", project_, "--stdio",
+                                           "--socket", daemon_->socket_path()});
+  };
+  auto one = start();
+  ASSERT_TRUE(one->write_all(show));
+  ASSERT_TRUE(one->read_until("ready\n", 30s)) << one->out();
+  auto two = start();
+  ASSERT_TRUE(two->write_all(show));
+  ASSERT_TRUE(two->read_until("ready\n", 30s)) << two->out();
+  // Seen from the host while both run: every process of the role user is in
+  // one of two mount namespaces.
+  std::set<std::string> host_mnt;
+  for (pid_t pid : processes_of(workspace_user().uid)) host_mnt.insert(ns_of(pid, "mnt"));
+  host_mnt.erase("");
+  EXPECT_EQ(host_mnt.size(), 2u) << describe(processes_of(workspace_user().uid));
+  const auto one_ns = lines_of(one->out());
+  const auto two_ns = lines_of(two->out());
+  one->close_stdin();
+  two->close_stdin();
+  EXPECT_EQ(one->wait(), 0);
+  EXPECT_EQ(two->wait(), 0);
+  ASSERT_GE(one_ns.size(), 4u) << one->out();
+  ASSERT_GE(two_ns.size(), 4u) << two->out();
   EXPECT_EQ(one_ns[0], first_net) << "the first session did not get the waiting launcher";
-  for (size_t i = 0; i < 3; ++i) EXPECT_NE(one_ns[i], two_ns[i]) << one_ns[i];
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NE(one_ns[i], two_ns[i]) << one->out() << two->out();
+  }
+  // ...and the role itself runs with the normal policy.
+  EXPECT_NE(one_ns[3].find("SCHED_OTHER"), std::string::npos) << one_ns[3];
 
-  // The used launcher is gone; a fresh one waits with namespaces no session had.
+  // The used launcher is gone; a fresh one waits with a namespace no live
+  // session has.
   EXPECT_TRUE(eventually([&] { return kill(first, 0) != 0; }, 10s));
   ASSERT_TRUE(eventually([&] { return waiting() > 0; }, 10s))
       << describe(children_of(daemon_->pid()));
-  const std::string next_net = ns_of(waiting(), "net");
-  EXPECT_NE(next_net, one_ns[0]);
-  EXPECT_NE(next_net, two_ns[0]);
+  EXPECT_NE(waiting(), first);
 
   // A waiting launcher that died is not handed out: the session gets a new one.
-  ASSERT_EQ(kill(waiting(), SIGKILL), 0);
+  const pid_t crashed = waiting();
+  ASSERT_EQ(kill(crashed, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return status_field(crashed, "State").rfind("Z", 0) == 0; }, 10s));
   const RunResult after_crash = sh("echo alive");
   EXPECT_EQ(after_crash.exit_code, 0) << after_crash.err;
   EXPECT_EQ(after_crash.out, "alive\n");

@@ -35,6 +35,7 @@ TEST(Config, DefaultsAreFilledIn) {
   EXPECT_EQ(config.workspace().hidden_files_size(), 2);
   EXPECT_EQ(config.workspace().locale(), "C.UTF-8");
   EXPECT_EQ(config.cgroups().parent(), "pando-helper");
+  EXPECT_EQ(config.prestarted_sandboxes(), 2u);
 }
 
 TEST(Config, SyntaxErrorNamesLineAndColumn) {
@@ -84,6 +85,14 @@ TEST(Config, RejectsBadValues) {
       error_of(std::string(kRoles) + "cgroups { parent: \"../escape\" }").find("cgroups.parent"),
       std::string::npos);
   EXPECT_NE(error_of(std::string(kRoles) + "max_sessions: 0").find("max_sessions"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kRoles) + "prestarted_sandboxes: 17").find("prestarted_sandboxes"),
+            std::string::npos);
+  EXPECT_EQ(error_of(std::string(kRoles) + "prestarted_sandboxes: 0"), "");
+  std::string many_paths = "core { user: \"c\" argv: \"/bin/sh\"";
+  for (int i = 0; i < 33; ++i) many_paths += " runtime_paths: \"/opt/p" + std::to_string(i) + "\"";
+  EXPECT_NE(error_of(many_paths + " } workspace { user: \"w\" argv: \"/bin/sh\" }")
+                .find("core.runtime_paths"),
             std::string::npos);
   EXPECT_NE(error_of("core { user: \"c\" argv: \"/bin/sh\" hidden_files: \"a/b\" } " +
                      std::string("workspace { user: \"w\" argv: \"/bin/sh\" }"))
