@@ -134,22 +134,39 @@ def run_one(argv, errfd, timeout=30):
     return elapsed
 
 
+LAUNCH_BLOCK = 20
+
+
 def bench_launch(args, cmds, errfd):
-    """N back-to-back launches of /bin/true per method: per-launch times and block wall time."""
-    out = {}
-    for name in ("direct", "bwrap", "helper"):
-        argv = cmds[name]("true")
+    """N back-to-back launches of /bin/true per method: per-launch times and block wall time.
+
+    The methods take turns in blocks of LAUNCH_BLOCK back-to-back launches, so
+    a machine that gets faster or slower during the run (other load, CPU
+    frequency) shifts every method alike instead of favouring the one that
+    ran last. The back-to-back wall time of a method is the sum of its
+    blocks."""
+    names = ("direct", "bwrap", "helper")
+    argvs = {name: cmds[name]("true") for name in names}
+    for name in names:
         for _ in range(args.warmup):
-            run_one(argv, errfd)
-        samples = []
-        block_start = now()
-        for _ in range(args.launches):
-            samples.append(run_one(argv, errfd))
-        block = now() - block_start
-        out[name] = stats_ns(samples)
-        out[name]["block_ns"] = block
+            run_one(argvs[name], errfd)
+    samples = {name: [] for name in names}
+    block_ns = {name: 0 for name in names}
+    done = 0
+    while done < args.launches:
+        count = min(LAUNCH_BLOCK, args.launches - done)
+        for name in names:
+            start = now()
+            for _ in range(count):
+                samples[name].append(run_one(argvs[name], errfd))
+            block_ns[name] += now() - start
+        done += count
+    out = {}
+    for name in names:
+        out[name] = stats_ns(samples[name])
+        out[name]["block_ns"] = block_ns[name]
         print(f"  launch {name:7s} median {out[name]['median_ns'] / 1e6:.2f} ms, "
-              f"{args.launches} back to back in {block / 1e9:.2f} s", flush=True)
+              f"{args.launches} back to back in {block_ns[name] / 1e9:.2f} s", flush=True)
     return out
 
 
