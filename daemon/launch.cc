@@ -54,7 +54,8 @@ struct LauncherExec {
 };
 
 // Runs in the child between clone and exec, in the daemon's memory:
-// async-signal-safe syscalls only, and no write but to its own stack.
+// async-signal-safe syscalls only, writing nothing but its own stack and
+// errno (which the daemon reads only when clone itself fails).
 int exec_launcher(void* arg) {
   const auto* exec = static_cast<const LauncherExec*>(arg);
   for (int i = 0; i < kMoves; ++i) {
