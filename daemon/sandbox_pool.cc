@@ -51,9 +51,11 @@ StartedSandbox SandboxPool::take() {
     StartedSandbox sandbox = std::move(waiting_.front());
     waiting_.pop_front();
     if (!has_exited(sandbox)) {
-      // A launcher still preparing runs at SCHED_IDLE; a client waits on it now.
+      // A launcher still preparing runs at SCHED_IDLE; a client waits on it
+      // now. Best effort: without CAP_SYS_NICE this fails, and the launcher
+      // then never left the normal policy (daemon/sandbox/main.cc).
       sched_param param{};
-      sched_setscheduler(sandbox.pid, SCHED_OTHER, &param);
+      (void)sched_setscheduler(sandbox.pid, SCHED_OTHER, &param);
       return sandbox;
     }
     // It failed on its own (its setup error waits unread on the control

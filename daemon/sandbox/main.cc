@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/capability.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -161,6 +162,16 @@ std::vector<char*> to_argv(google::protobuf::RepeatedPtrField<std::string>* item
                           ": " + std::strerror(errno));
 }
 
+bool has_effective_capability(cap_value_t capability) {
+  cap_t caps = cap_get_proc();
+  if (caps == nullptr) sb::throw_errno("cap_get_proc");
+  cap_flag_value_t value = CAP_CLEAR;
+  const int result = cap_get_flag(caps, capability, CAP_EFFECTIVE, &value);
+  cap_free(caps);
+  if (result != 0) sb::throw_errno("cap_get_flag");
+  return value == CAP_SET;
+}
+
 // Work done ahead of a request must not take CPU from requests being served:
 // SCHED_IDLE until the plan arrives (the daemon lifts it already when it
 // takes this launcher), then the normal policy, which the role inherits.
@@ -259,12 +270,16 @@ int main(int argc, char** argv) {
   try {
     // Everything up to receive_plan() depends on no request: the daemon may
     // start this launcher ahead of time, and it then waits for the plan here.
-    set_scheduling(SCHED_IDLE);
+    // Without CAP_SYS_NICE (a unit that does not grant it) SCHED_IDLE could
+    // not be left again, and the role must never inherit it: prepare at the
+    // normal policy then.
+    const bool idle_while_waiting = has_effective_capability(CAP_SYS_NICE);
+    if (idle_while_waiting) set_scheduling(SCHED_IDLE);
     sb::set_up_namespaces();
     sb::BaseView view = sb::build_base_view();
     const sb::SeccompProgram seccomp = sb::build_seccomp_program();
     ReceivedPlan received = receive_plan();
-    set_scheduling(SCHED_OTHER);
+    if (idle_while_waiting) set_scheduling(SCHED_OTHER);
     plan = std::move(received.plan);
     // The daemon moved us into the session's cgroups before sending the plan.
     sb::enter_cgroup_namespace();

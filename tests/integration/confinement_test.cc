@@ -3,6 +3,7 @@
 // sandbox and prints one marker line; the tests compare those lines.
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -544,6 +545,28 @@ TEST_F(ConfinementTest, PrestartedLaunchersServeOneSessionEach) {
   EXPECT_EQ(after_crash.exit_code, 0) << after_crash.err;
   EXPECT_EQ(after_crash.out, "alive\n");
   EXPECT_NE(daemon_->log().find("prestarted_sandbox_exited"), std::string::npos);
+}
+
+// A daemon without CAP_SYS_NICE (a unit that does not grant it) could not take
+// a launcher out of SCHED_IDLE: its launchers prepare at the normal policy.
+TEST_F(ConfinementTest, PrestartedLaunchersWorkWithoutCapSysNice) {
+  DaemonOptions options;
+  options.extra_config = "prestarted_sandboxes: 1\n";
+  options.drop_capabilities = {CAP_SYS_NICE};
+  start_daemon(options);
+  pid_t waiting = -1;
+  ASSERT_TRUE(eventually(
+      [&] {
+        const auto children = children_of(daemon_->pid());
+        waiting = children.size() == 1 && is_waiting_launcher(children[0]) ? children[0] : -1;
+        return waiting > 0;
+      },
+      10s))
+      << describe(children_of(daemon_->pid()));
+  EXPECT_EQ(sched_getscheduler(waiting), SCHED_OTHER);
+  const RunResult r = sh("chrt -p $$");
+  EXPECT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_NE(r.out.find("SCHED_OTHER"), std::string::npos) << r.out;
 }
 
 // The launcher builds its base view before a plan arrives: run by hand in the

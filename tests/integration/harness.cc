@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -236,6 +237,9 @@ Daemon::Daemon(DaemonOptions options) {
     dup2(devnull, 0);
     dup2(log, 1);
     dup2(log, 2);
+    for (int capability : options.drop_capabilities) {
+      if (prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0) _exit(126);
+    }
     execl(PANDO_DAEMON_BIN, "pando-helperd", "--config", config_path.c_str(), "--socket",
           socket_.c_str(), "--foreground", nullptr);
     _exit(127);

@@ -65,6 +65,7 @@ struct DaemonOptions {
   unsigned max_sessions_per_uid = 200;
   std::string socket_path;   // empty: <temp dir>/run/helper.sock
   bool expect_start = true;  // false: the daemon is expected to exit at start
+  std::vector<int> drop_capabilities;  // removed from the daemon's bounding set
 };
 
 class Daemon {
