@@ -480,11 +480,18 @@ TEST_F(ConfinementTest, PrestartedLaunchersServeOneSessionEach) {
     const auto children = children_of(daemon_->pid());
     return children.size() == 1 && is_waiting_launcher(children[0]) ? children[0] : pid_t{-1};
   };
-  ASSERT_TRUE(eventually([&] { return waiting() > 0; }, 10s))
-      << describe(children_of(daemon_->pid()));
-  const pid_t first = waiting();
-  const std::string first_net = ns_of(first, "net");
-  ASSERT_FALSE(first_net.empty());
+  // A launcher found right after its exec may still be replacing its image:
+  // take one whose namespaces can be read.
+  pid_t first = -1;
+  std::string first_net;
+  ASSERT_TRUE(eventually(
+      [&] {
+        first = waiting();
+        first_net = first > 0 ? ns_of(first, "net") : "";
+        return !first_net.empty() && waiting() == first;
+      },
+      10s))
+      << describe(children_of(daemon_->pid())) << daemon_->log();
   EXPECT_NE(first_net, ns_of(getpid(), "net"));
   EXPECT_NE(ns_of(first, "mnt"), ns_of(getpid(), "mnt"));
   EXPECT_NE(ns_of(first, "pid_for_children"), ns_of(getpid(), "pid_for_children"));
