@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/fd_passing.h"
 #include "common/json_log.h"
 #include "daemon/daemon.h"
 #include "daemon/plan.h"
@@ -110,29 +111,15 @@ void Session::read_request_header() {
 }
 
 void Session::receive_request_header() {
-  iovec iov{header_.data() + header_have_, header_.size() - header_have_};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t n;
-  do {
-    n = recvmsg(socket_.native_handle(), &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
+  bool truncated = false;
+  const ssize_t n =
+      receive_with_fds(socket_.native_handle(), header_.data() + header_have_,
+                       header_.size() - header_have_, kMaxPassedFds, MSG_DONTWAIT, passed_fds_,
+                       truncated);
   if (n < 0 && would_block(errno)) return read_request_header();
   if (n <= 0) return close();
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      passed_fds_.emplace_back(fd);
-    }
-  }
-  if (msg.msg_flags & MSG_CTRUNC) {
+  // Stream socket: only the fds can be cut off.
+  if (truncated) {
     return reject(v1::ERROR_BAD_STDIO_FDS, "too many file descriptors attached to the request");
   }
   header_have_ += static_cast<size_t>(n);

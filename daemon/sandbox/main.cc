@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fd_passing.h"
 #include "common/unique_fd.h"
 #include "daemon/sandbox/credentials.h"
 #include "daemon/sandbox/init.h"
@@ -76,30 +77,14 @@ ReceivedPlan receive_plan() {
     throw sb::SetupError(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
   }
   std::vector<char> buffer(static_cast<size_t>(size));
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPlanFds)];
-  iovec iov{buffer.data(), buffer.size()};
-  msghdr message{};
-  message.msg_iov = &iov;
-  message.msg_iovlen = 1;
-  message.msg_control = control;
-  message.msg_controllen = sizeof(control);
-  ssize_t n;
-  do {
-    n = recvmsg(sb::kControlFd, &message, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) sb::throw_errno("receiving the plan");
   std::vector<UniqueFd> fds;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      fds.emplace_back(fd);
-    }
-  }
+  bool truncated = false;
+  const ssize_t n =
+      pando::receive_with_fds(sb::kControlFd, buffer.data(), buffer.size(), kMaxPlanFds, 0, fds,
+                              truncated);
+  if (n < 0) sb::throw_errno("receiving the plan");
   ReceivedPlan received;
-  if (n != size || (message.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
+  if (n != size || truncated ||
       !received.plan.ParseFromArray(buffer.data(), static_cast<int>(n))) {
     throw sb::SetupError(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
   }
