@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/fsuid.h>
 #include <sys/mount.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -359,37 +360,33 @@ void write_file(int dir_fd, const char* name, const std::string& content, mode_t
   }
 }
 
-// Reads a root-owned host file (following a root-owned symlink, as for
-// /etc/localtime). Returns false when it does not exist.
-bool read_host_file(int dir_fd, const char* path, std::string* content) {
-  UniqueFd file(openat(dir_fd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
-  if (!file.valid()) {
-    if (errno == ENOENT) return false;
-    throw_errno(std::string("open host ") + path);
+// Copies a root-owned host file (following a root-owned symlink, as for
+// /etc/localtime) to a new file `name` in `dir_fd`, inside the kernel
+// (sendfile): no buffer of ours is filled, which costs page faults. Does
+// nothing when the host file does not exist.
+void copy_host_file(int host_dir_fd, const char* host_path, int dir_fd, const char* name) {
+  UniqueFd in(openat(host_dir_fd, host_path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  if (!in.valid()) {
+    if (errno == ENOENT) return;
+    throw_errno(std::string("open host ") + host_path);
   }
   struct stat st {};
-  if (fstat(file.get(), &st) != 0) throw_errno(std::string("fstat host ") + path);
+  if (fstat(in.get(), &st) != 0) throw_errno(std::string("fstat host ") + host_path);
   if (!S_ISREG(st.st_mode) || st.st_size > kMaxCopiedFileSize) {
-    fail(std::string("host ") + path + " is not a regular file of sane size");
+    fail(std::string("host ") + host_path + " is not a regular file of sane size");
   }
-  content->clear();
-  char buffer[65536];
+  UniqueFd out(openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!out.valid()) throw_errno(std::string("create /etc/") + name);
+  off_t copied = 0;
   for (;;) {
-    const ssize_t n = read(file.get(), buffer, sizeof(buffer));
+    const ssize_t n = sendfile(out.get(), in.get(), nullptr,
+                               static_cast<std::size_t>(kMaxCopiedFileSize + 1 - copied));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_errno(std::string("read host ") + path);
-    if (n == 0) break;
-    content->append(buffer, static_cast<std::size_t>(n));
-    if (content->size() > static_cast<std::size_t>(kMaxCopiedFileSize)) {
-      fail(std::string("host ") + path + " grew while copying");
-    }
+    if (n < 0) throw_errno(std::string("copy host ") + host_path);
+    if (n == 0) return;
+    copied += n;
+    if (copied > kMaxCopiedFileSize) fail(std::string("host ") + host_path + " grew while copying");
   }
-  return true;
-}
-
-void copy_host_file(const char* host_path, int dir_fd, const char* name) {
-  std::string content;
-  if (read_host_file(AT_FDCWD, host_path, &content)) write_file(dir_fd, name, content, 0644);
 }
 
 void check_passwd_field(const std::string& value, const std::string& what) {
@@ -410,28 +407,7 @@ UniqueFd populate_host_etc(int root_fd) {
   attach(etc_mount.get(), etc_target.get(), "/etc");
   const int etc = etc_mount.get();
 
-  copy_host_file("/etc/ld.so.cache", etc, "ld.so.cache");
-  copy_host_file("/etc/ld.so.conf", etc, "ld.so.conf");
-  {
-    UniqueFd host_dir(open("/etc/ld.so.conf.d", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (host_dir.valid()) {
-      if (mkdirat(etc, "ld.so.conf.d", 0755) != 0) throw_errno("mkdir /etc/ld.so.conf.d");
-      UniqueFd out(openat(etc, "ld.so.conf.d", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!out.valid()) throw_errno("open /etc/ld.so.conf.d");
-      DIR* listing = fdopendir(host_dir.release());
-      if (listing == nullptr) throw_errno("fdopendir /etc/ld.so.conf.d");
-      while (dirent* entry = readdir(listing)) {
-        if (entry->d_type != DT_REG) continue;
-        std::string content;
-        if (read_host_file(dirfd(listing), entry->d_name, &content)) {
-          write_file(out.get(), entry->d_name, content, 0644);
-        }
-      }
-      closedir(listing);
-    } else if (errno != ENOENT) {
-      throw_errno("open host /etc/ld.so.conf.d");
-    }
-  }
+  copy_host_file(AT_FDCWD, "/etc/ld.so.cache", etc, "ld.so.cache");
   write_file(etc, "nsswitch.conf",
              "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
              "protocols: files\nservices: files\nethers: files\nrpc: files\nnetgroup: files\n",
@@ -441,13 +417,13 @@ UniqueFd populate_host_etc(int root_fd) {
       std::string("127.0.0.1 localhost ") + kHostName + "\n::1 localhost " + kHostName + "\n",
       0644);
   write_file(etc, "hostname", std::string(kHostName) + "\n", 0644);
-  copy_host_file("/etc/localtime", etc, "localtime");
+  copy_host_file(AT_FDCWD, "/etc/localtime", etc, "localtime");
   struct stat st {};
   if (stat("/etc/ssl/certs", &st) == 0 && S_ISDIR(st.st_mode)) {
     UniqueFd certs = open_dir_beneath(etc, {"ssl", "certs"}, true, "/etc/ssl/certs");
     bind_host_read_only("/etc/ssl/certs", certs.get());
     UniqueFd ssl = open_dir_beneath(etc, {"ssl"}, false, "/etc/ssl");
-    copy_host_file("/etc/ssl/openssl.cnf", ssl.get(), "openssl.cnf");
+    copy_host_file(AT_FDCWD, "/etc/ssl/openssl.cnf", ssl.get(), "openssl.cnf");
   }
   if (stat("/etc/alternatives", &st) == 0 && S_ISDIR(st.st_mode)) {
     UniqueFd alternatives = open_dir_beneath(etc, {"alternatives"}, true, "/etc/alternatives");
