@@ -189,7 +189,8 @@ int Daemon::run() {
                           {"landlock_abi", sandbox::landlock_abi_version()}});
   accept_next();
   arm_idle_timer();
-  pool_.emplace(launcher_.get(), config_.prestarted_sandboxes());
+  launcher_template_.emplace(launcher_.get());
+  pool_.emplace(*launcher_template_, config_.prestarted_sandboxes());
   pool_->refill();
   arm_prestart_timer();
   notify("READY=1");

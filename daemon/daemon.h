@@ -91,7 +91,8 @@ class Daemon {
   bool owns_socket_file_ = false;
   bool shutting_down_ = false;
   UniqueFd launcher_;
-  std::optional<SandboxPool> pool_;
+  std::optional<LauncherTemplate> launcher_template_;
+  std::optional<SandboxPool> pool_;  // refers to launcher_template_
   boost::asio::steady_timer prestart_timer_;
   boost::asio::steady_timer prestart_later_timer_;
   bool prestart_scheduled_ = false;

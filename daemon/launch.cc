@@ -6,15 +6,19 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <system_error>
 
 #include "common/fd_passing.h"
 #include "daemon/sandbox/mounts.h"
+#include "daemon/sandbox/seccomp.h"
 
 namespace pando::daemon {
 
@@ -25,7 +29,8 @@ constexpr int kPipeBytes = 1 << 20;
 // Child-side fds are parked above this before being moved into place, so the
 // dup2() calls after clone never overwrite a source still needed.
 constexpr int kParkFloor = 64;
-constexpr int kLauncherExecFd = 4;
+// Above every fd the template keeps (mounts.h); close-on-exec.
+constexpr int kLauncherExecFd = sandbox::kSeccompProgramFd + 1;
 
 [[noreturn]] void fail(const char* what) {
   throw std::system_error(errno, std::generic_category(), what);
@@ -46,81 +51,164 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
   fcntl(fds[0], F_SETPIPE_SZ, kPipeBytes);
 }
 
-constexpr int kMoves = 5;
+constexpr int kMoves = 6;
+// The daemon waits this long for the template to answer (it answers right
+// after its clone()).
+constexpr int kTemplateReplyMillis = 10000;
 
-struct LauncherExec {
+struct TemplateExec {
   const int (*moves)[2];
-  char* mount_namespace;
 };
 
 // Runs in the child between clone and exec, in the daemon's memory:
 // async-signal-safe syscalls only, writing nothing but its own stack and
 // errno (which the daemon reads only when clone itself fails).
-int exec_launcher(void* arg) {
-  const auto* exec = static_cast<const LauncherExec*>(arg);
+int exec_template(void* arg) {
+  const auto* exec = static_cast<const TemplateExec*>(arg);
   for (int i = 0; i < kMoves; ++i) {
     if (dup2(exec->moves[i][0], exec->moves[i][1]) < 0) _exit(127);
   }
   if (fcntl(kLauncherExecFd, F_SETFD, FD_CLOEXEC) != 0) _exit(127);
   if (syscall(SYS_close_range, kLauncherExecFd + 1, ~0U, 0) != 0) _exit(127);
   char name[] = "pando-helper-sandbox";
-  char* const argv[] = {name, exec->mount_namespace, nullptr};
+  char argument[sizeof(sandbox::kTemplateArgument)];
+  std::memcpy(argument, sandbox::kTemplateArgument, sizeof(argument));
+  char* const argv[] = {name, argument, nullptr};
   char* const envp[] = {nullptr};
   syscall(SYS_execveat, kLauncherExecFd, "", argv, envp, AT_EMPTY_PATH);
   _exit(127);
 }
 
 // The child's stack. One suffices: with CLONE_VFORK the daemon sleeps until
-// the child has exec'd (or exited), and the daemon starts launchers from one
-// thread only.
-alignas(16) char launcher_stack[64 * 1024];
+// the child has exec'd (or exited), and the daemon starts the template from
+// one thread only.
+alignas(16) char template_stack[64 * 1024];
+
+void kill_and_reap(int pidfd) {
+  syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+  siginfo_t info{};
+  while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED) != 0 &&
+         errno == EINTR) {
+  }
+}
 
 }  // namespace
 
-StartedSandbox start_sandbox(int launcher_fd, int devnull_fd) {
-  StartedSandbox started;
-  // The launcher refuses to run in the mount namespace it was started from.
-  struct stat own {};
-  if (stat("/proc/self/ns/mnt", &own) != 0) fail("stat /proc/self/ns/mnt");
-  std::string mount_namespace = std::to_string(own.st_ino);
+LauncherTemplate::LauncherTemplate(int launcher_fd)
+    : launcher_fd_(launcher_fd),
+      devnull_(open("/dev/null", O_RDWR | O_CLOEXEC)),
+      seccomp_program_(sandbox::compile_seccomp_program()) {
+  if (!devnull_.valid()) fail("/dev/null");
+  start();
+}
+
+LauncherTemplate::~LauncherTemplate() { stop(); }
+
+void LauncherTemplate::start() {
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) fail("socketpair");
-  started.control.reset(pair[0]);
+  UniqueFd control(pair[0]);
   UniqueFd child_control(pair[1]);
 
-  const UniqueFd parked[kMoves] = {park(devnull_fd), park(devnull_fd), park(devnull_fd),
-                                   park(child_control.get()), park(launcher_fd)};
+  const UniqueFd parked[kMoves] = {park(devnull_.get()),         park(devnull_.get()),
+                                   park(devnull_.get()),         park(child_control.get()),
+                                   park(seccomp_program_.get()), park(launcher_fd_)};
   const int moves[kMoves][2] = {{parked[0].get(), 0},
                                 {parked[1].get(), 1},
                                 {parked[2].get(), 2},
                                 {parked[3].get(), sandbox::kControlFd},
-                                {parked[4].get(), kLauncherExecFd}};
+                                {parked[4].get(), sandbox::kSeccompProgramFd},
+                                {parked[5].get(), kLauncherExecFd}};
 
   // Like posix_spawn: the child borrows our memory until it execs
   // (CLONE_VM|CLONE_VFORK), so the daemon's page tables are not copied for a
   // process that replaces them at once. The legacy clone() call, because
   // glibc offers clone3 no wrapper that runs the child on another stack.
   int pidfd = -1;
-  LauncherExec exec{moves, mount_namespace.data()};
-  const int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWPID |
-                    CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
+  TemplateExec exec{moves};
+  const int flags = CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD;
 
   // No signal handler of the daemon may run in the child before exec.
   sigset_t all, saved;
   sigfillset(&all);
   if (pthread_sigmask(SIG_SETMASK, &all, &saved) != 0) fail("pthread_sigmask");
   const pid_t pid =
-      clone(exec_launcher, launcher_stack + sizeof(launcher_stack), flags, &exec, &pidfd);
+      clone(exec_template, template_stack + sizeof(template_stack), flags, &exec, &pidfd);
   const int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {
     errno = clone_errno;
     fail("clone");
   }
-  started.pid = static_cast<pid_t>(pid);
-  started.pidfd.reset(pidfd);
+  pid_ = pid;
+  pidfd_.reset(pidfd);
+  control_ = std::move(control);
+  const timeval timeout{kTemplateReplyMillis / 1000, 0};
+  if (setsockopt(control_.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)) != 0) {
+    fail("SO_RCVTIMEO");
+  }
+}
+
+void LauncherTemplate::stop() noexcept {
+  control_.reset();
+  if (pidfd_.valid()) kill_and_reap(pidfd_.get());
+  pidfd_.reset();
+  pid_ = -1;
+}
+
+std::optional<StartedSandbox> LauncherTemplate::ask() {
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) fail("socketpair");
+  StartedSandbox started;
+  started.control.reset(pair[0]);
+  UniqueFd launcher_control(pair[1]);
+
+  const char request = 'L';
+  const int attached[] = {launcher_control.get()};
+  if (send_with_fds(control_.get(), &request, sizeof(request), attached) != 1) {
+    if (errno == EPIPE || errno == ECONNRESET) return std::nullopt;
+    fail("asking the launcher template");
+  }
+  launcher_control.reset();
+  std::int32_t answer = 0;
+  std::vector<UniqueFd> fds;
+  bool truncated = false;
+  const ssize_t n = receive_with_fds(control_.get(), &answer, sizeof(answer), 1, 0, fds, truncated);
+  if (n == 0 || (n < 0 && errno == ECONNRESET)) return std::nullopt;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    // A late answer must not be taken for the next request's.
+    stop();
+    errno = ETIMEDOUT;
+  }
+  if (n < 0) fail("waiting for the launcher template");
+  if (n != sizeof(answer) || truncated) {
+    errno = EPROTO;
+    fail("the launcher template's answer");
+  }
+  if (answer < 0) {
+    errno = -answer;
+    fail("the launcher template's clone()");
+  }
+  if (fds.size() != 1) {
+    errno = EPROTO;
+    fail("the launcher template's answer");
+  }
+  started.pid = static_cast<pid_t>(answer);
+  started.pidfd = std::move(fds[0]);
   started.started_at = std::chrono::steady_clock::now();
   return started;
+}
+
+StartedSandbox LauncherTemplate::start_sandbox() {
+  if (control_.valid()) {
+    if (auto started = ask()) return std::move(*started);
+  }
+  // Gone (killed, or a failed restart): once more with a fresh template.
+  stop();
+  start();
+  if (auto started = ask()) return std::move(*started);
+  errno = ECHILD;
+  fail("the launcher template exited");
 }
 
 SessionStdio make_session_stdio(DirectStdio* direct) {

@@ -3,6 +3,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,22 +17,51 @@ struct DirectStdio {
   UniqueFd stdout_write;
 };
 
-// A pando-helper-sandbox process started with clone() in new mount, pid,
-// network, IPC and UTS namespaces, with /dev/null as fds 0-2 and its control
-// socket as fd 3. Until it gets a plan it only prepares what depends on no
-// request, then waits.
+// A session's launcher: a copy of the launcher template in new mount, pid,
+// network, IPC and UTS namespaces, a child of the daemon, with /dev/null as
+// fds 0-2 and its control socket as fd 3. Until it gets a plan it only
+// prepares what depends on no request, then waits.
 struct StartedSandbox {
   pid_t pid = -1;
-  UniqueFd pidfd;    // CLONE_PIDFD: signals and exit without pid reuse races
+  UniqueFd pidfd;    // signals and exit without pid reuse races
   UniqueFd control;  // SOCK_SEQPACKET: plan out, SandboxEvents in
   std::chrono::steady_clock::time_point started_at;
 };
 
-// Starts the launcher binary (an O_PATH fd opened at daemon start). Between
-// clone and execveat the child only calls async-signal-safe syscalls. Not
-// thread-safe (one stack serves every child).
-// Throws std::system_error.
-StartedSandbox start_sandbox(int launcher_fd, int devnull_fd);
+// pando-helper-sandbox started once from the launcher binary (an O_PATH fd
+// opened at daemon start), which forks every session's launcher on request:
+// a launcher costs a clone(), not an exec, and inherits the seccomp program
+// compiled once (see daemon/sandbox/main.cc). One thread at a time.
+class LauncherTemplate {
+ public:
+  // Compiles the seccomp program for all launchers and starts the template.
+  // Throws sandbox::SetupError when the program cannot be compiled,
+  // std::system_error when the template cannot be started.
+  explicit LauncherTemplate(int launcher_fd);
+  // Kills and reaps the template (its launchers are the daemon's children).
+  ~LauncherTemplate();
+  LauncherTemplate(const LauncherTemplate&) = delete;
+  LauncherTemplate& operator=(const LauncherTemplate&) = delete;
+
+  // A new launcher. A template that died is restarted once. Throws
+  // std::system_error.
+  StartedSandbox start_sandbox();
+
+  pid_t pid() const { return pid_; }
+
+ private:
+  void start();
+  void stop() noexcept;
+  // The launcher's pid and pidfd, or nullopt when the template is gone.
+  std::optional<StartedSandbox> ask();
+
+  int launcher_fd_;
+  UniqueFd devnull_;          // the template's fds 0-2, and so every launcher's
+  UniqueFd seccomp_program_;  // sealed memfd, the template's fd 4
+  pid_t pid_ = -1;
+  UniqueFd pidfd_;
+  UniqueFd control_;
+};
 
 // The role's stdio: `child` become its fds 0-2; the daemon keeps the other
 // ends (with direct stdio, stdin_write and stdout_read stay invalid: the role

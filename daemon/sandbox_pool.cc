@@ -39,10 +39,8 @@ void discard(StartedSandbox& sandbox) {
 
 }  // namespace
 
-SandboxPool::SandboxPool(int launcher_fd, unsigned size)
-    : launcher_fd_(launcher_fd), size_(size), devnull_(open("/dev/null", O_RDWR | O_CLOEXEC)) {
-  if (!devnull_.valid()) throw std::system_error(errno, std::generic_category(), "/dev/null");
-}
+SandboxPool::SandboxPool(LauncherTemplate& launchers, unsigned size)
+    : launchers_(launchers), size_(size) {}
 
 SandboxPool::~SandboxPool() { clear(); }
 
@@ -63,7 +61,7 @@ StartedSandbox SandboxPool::take() {
     log::warn("prestarted_sandbox_exited", {{"pid", static_cast<int64_t>(sandbox.pid)}});
     discard(sandbox);
   }
-  return start_sandbox(launcher_fd_, devnull_.get());
+  return launchers_.start_sandbox();
 }
 
 void SandboxPool::refill() noexcept {
@@ -74,7 +72,7 @@ void SandboxPool::refill() noexcept {
   }
   while (waiting_.size() < size_) {
     try {
-      waiting_.push_back(start_sandbox(launcher_fd_, devnull_.get()));
+      waiting_.push_back(launchers_.start_sandbox());
     } catch (const std::exception& e) {
       log::error("prestart_failed", {{"error", std::string(e.what())}});
       return;

@@ -1,8 +1,8 @@
 #pragma once
 
 // Launchers started ahead of requests. Starting one costs a clone() with five
-// new namespaces, an exec and the request-independent part of the filesystem
-// view; the pool pays that while no client waits. Each launcher serves exactly
+// new namespaces and the request-independent part of the filesystem view; the
+// pool pays that while no client waits. Each launcher serves exactly
 // one session: its namespaces are fresh and never shared. Waiting launchers
 // hold no request data, no caller fd and no cgroup of a session (the daemon
 // moves a taken one into the session's cgroups before sending its plan).
@@ -23,7 +23,7 @@ class SandboxPool {
 
   // `size` launchers are kept waiting (0: each is started on request).
   // Throws std::system_error when /dev/null cannot be opened.
-  SandboxPool(int launcher_fd, unsigned size);
+  SandboxPool(LauncherTemplate& launchers, unsigned size);
   ~SandboxPool();
   SandboxPool(const SandboxPool&) = delete;
   SandboxPool& operator=(const SandboxPool&) = delete;
@@ -44,9 +44,8 @@ class SandboxPool {
   size_t waiting() const { return waiting_.size(); }
 
  private:
-  int launcher_fd_;
+  LauncherTemplate& launchers_;
   unsigned size_;
-  UniqueFd devnull_;
   std::deque<StartedSandbox> waiting_;
 };
 

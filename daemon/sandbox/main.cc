@@ -1,8 +1,10 @@
-// pando-helper-sandbox: started by pando-helperd for one session, as root, as
-// PID 1 of new mount, pid, network, IPC and UTS namespaces, possibly before the
-// session's request exists (then it waits for the plan). It applies the
-// confinement layers in the order below and then stays behind as the session's
-// init. SECURITY.md lists the same order.
+// pando-helper-sandbox: started once by pando-helperd, as root, as the launcher
+// template. It reads what every session shares (the seccomp program the daemon
+// compiled) and then, for each request of the daemon, forks a copy of itself as PID 1 of new
+// mount, pid, network, IPC and UTS namespaces: that session's launcher, which
+// prepares ahead of the request, waits for the plan, applies the confinement
+// layers in the order below and then stays behind as the session's init.
+// SECURITY.md lists the same order.
 
 #include <fcntl.h>
 #include <sched.h>
@@ -11,12 +13,14 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +45,8 @@ using pando::helper::sandbox::v1::SandboxEvent;
 using pando::helper::sandbox::v1::SandboxPlan;
 
 constexpr size_t kMaxPlanBytes = 1 << 20;
+// What a launcher's argv[1] reads (in place of the template's, same length).
+constexpr char kLauncherArgument[] = "--launcher";
 // stdio, the caller's trees and the runtime paths (the daemon caps those).
 constexpr size_t kMaxPlanFds = 64;
 
@@ -79,21 +85,18 @@ ReceivedPlan receive_plan() {
   std::vector<char> buffer(static_cast<size_t>(size));
   std::vector<UniqueFd> fds;
   bool truncated = false;
-  const ssize_t n =
-      pando::receive_with_fds(sb::kControlFd, buffer.data(), buffer.size(), kMaxPlanFds, 0, fds,
-                              truncated);
+  const ssize_t n = pando::receive_with_fds(sb::kControlFd, buffer.data(), buffer.size(),
+                                            kMaxPlanFds, 0, fds, truncated);
   if (n < 0) sb::throw_errno("receiving the plan");
   ReceivedPlan received;
-  if (n != size || truncated ||
-      !received.plan.ParseFromArray(buffer.data(), static_cast<int>(n))) {
+  if (n != size || truncated || !received.plan.ParseFromArray(buffer.data(), static_cast<int>(n))) {
     throw sb::SetupError(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
   }
   const SandboxPlan& plan = received.plan;
   const size_t expected = 5 + (plan.has_auth_home() ? 1 : 0) + plan.runtime_paths_size();
   if (fds.size() != expected) {
-    throw sb::SetupError(v1::ERROR_LAUNCH_FAILED,
-                         "the daemon sent " + std::to_string(fds.size()) + " fds, not " +
-                             std::to_string(expected));
+    throw sb::SetupError(v1::ERROR_LAUNCH_FAILED, "the daemon sent " + std::to_string(fds.size()) +
+                                                      " fds, not " + std::to_string(expected));
   }
   auto next = fds.begin();
   for (UniqueFd& fd : received.stdio) fd = std::move(*next++);
@@ -129,8 +132,7 @@ std::vector<char*> to_argv(google::protobuf::RepeatedPtrField<std::string>* item
 // The role process: credentials, process state, Landlock, seccomp, exec.
 // A failure is written to `error_fd` (close-on-exec, so a successful exec
 // leaves it empty) for init to report.
-[[noreturn]] void become_role(SandboxPlan& plan, const sb::SeccompProgram& seccomp,
-                              int error_fd) {
+[[noreturn]] void become_role(SandboxPlan& plan, const sb::SeccompProgram& seccomp, int error_fd) {
   try {
     sb::drop_to_role_user(plan.ids());
     if (chdir(plan.project_root().c_str()) != 0) sb::throw_errno("chdir to the project root");
@@ -222,52 +224,46 @@ void check_role_started(int error_read_fd) {
   throw sb::SetupError(static_cast<v1::ErrorCode>(code), message != nullptr ? message : "");
 }
 
-}  // namespace
+// What the template prepares once for every launcher it starts.
+struct Prepared {
+  // Without CAP_SYS_NICE (a unit that does not grant it) SCHED_IDLE could not
+  // be left again, and the role must never inherit it: launchers then prepare
+  // at the normal policy.
+  bool idle_while_waiting = false;
+  std::optional<sb::SeccompProgram> seccomp;
+  // Why there is no program: each launcher reports it as its setup failure.
+  v1::ErrorCode seccomp_error_code = v1::ERROR_LAUNCH_FAILED;
+  std::string seccomp_error;
+};
 
-// The base view is built before any plan arrives, by mounting over /tmp of
-// this mount namespace: only the daemon's clone3() (new pid and mount
-// namespaces) may have started us, and it passes its own mount namespace's
-// inode as argv[1]. Run any other way, refuse before touching a mount.
-bool started_by_the_daemon(int argc, char** argv) {
-  if (argc != 2 || getpid() != 1) return false;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long starter = std::strtoull(argv[1], &end, 10);
-  if (errno != 0 || end == argv[1] || *end != '\0') return false;
-  struct stat own {};
-  if (stat("/proc/self/ns/mnt", &own) != 0) return false;
-  int type = 0;
-  socklen_t length = sizeof(type);
-  return own.st_ino != starter &&
-         getsockopt(sb::kControlFd, SOL_SOCKET, SO_TYPE, &type, &length) == 0 &&
-         type == SOCK_SEQPACKET;
+Prepared prepare_for_launchers() {
+  Prepared prepared;
+  try {
+    prepared.idle_while_waiting = has_effective_capability(CAP_SYS_NICE);
+    prepared.seccomp.emplace(sb::read_seccomp_program(sb::kSeccompProgramFd));
+  } catch (const sb::SetupError& e) {
+    prepared.seccomp_error_code = e.code();
+    prepared.seccomp_error = e.what();
+  }
+  close(sb::kSeccompProgramFd);
+  return prepared;
 }
 
-int main(int argc, char** argv) {
-  if (!started_by_the_daemon(argc, argv)) {
-    static constexpr char kMessage[] =
-        "pando-helper-sandbox: started by pando-helperd only (PID 1 of new pid and mount "
-        "namespaces)\n";
-    (void)!write(2, kMessage, sizeof(kMessage) - 1);
-    return 64;
-  }
-  // Not dumpable while root state and host fds are around.
+// One session's launcher, PID 1 of its namespaces with its control socket on
+// fd 3 and /dev/null as fds 0-2. Everything up to receive_plan() depends on no
+// request: it runs ahead of time and then waits for the plan.
+[[noreturn]] void run_launcher(const Prepared& prepared) {
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   pid_t role_pid = -1;
   SandboxPlan plan;
   try {
-    // Everything up to receive_plan() depends on no request: the daemon may
-    // start this launcher ahead of time, and it then waits for the plan here.
-    // Without CAP_SYS_NICE (a unit that does not grant it) SCHED_IDLE could
-    // not be left again, and the role must never inherit it: prepare at the
-    // normal policy then.
-    const bool idle_while_waiting = has_effective_capability(CAP_SYS_NICE);
-    if (idle_while_waiting) set_scheduling(SCHED_IDLE);
+    if (!prepared.seccomp)
+      throw sb::SetupError(prepared.seccomp_error_code, prepared.seccomp_error);
+    if (prepared.idle_while_waiting) set_scheduling(SCHED_IDLE);
     sb::set_up_namespaces();
     sb::BaseView view = sb::build_base_view();
-    const sb::SeccompProgram seccomp = sb::build_seccomp_program();
     ReceivedPlan received = receive_plan();
-    if (idle_while_waiting) set_scheduling(SCHED_OTHER);
+    if (prepared.idle_while_waiting) set_scheduling(SCHED_OTHER);
     plan = std::move(received.plan);
     // The daemon moved us into the session's cgroups before sending the plan.
     sb::enter_cgroup_namespace();
@@ -279,7 +275,7 @@ int main(int argc, char** argv) {
     int error_pipe[2];
     if (pipe2(error_pipe, O_CLOEXEC) != 0) sb::throw_errno("pipe2");
     sb::block_init_signals();
-    role_pid = spawn_role(plan, seccomp, error_pipe);
+    role_pid = spawn_role(plan, *prepared.seccomp, error_pipe);
     close(error_pipe[1]);
     check_role_started(error_pipe[0]);
     close(error_pipe[0]);
@@ -296,13 +292,87 @@ int main(int argc, char** argv) {
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   } catch (const sb::SetupError& e) {
     report_setup_failure(e.code(), e.what());
-    return 1;
+    _exit(1);
   } catch (const std::exception& e) {
     report_setup_failure(v1::ERROR_LAUNCH_FAILED, e.what());
-    return 1;
+    _exit(1);
   }
   SandboxEvent started;
   started.mutable_started()->set_role_pid(role_pid);
   send_event(started);
   sb::run_init(role_pid, sb::kControlFd);
+}
+
+// In the copy fork_into_new_namespaces() made: `control` becomes fd 3, in
+// place of the template's own control socket, and no other fd of the
+// template survives. `role_argument` is the copy's argv[1], the template's
+// kTemplateArgument: ps shows launchers as launchers.
+[[noreturn]] void become_launcher(UniqueFd control, const Prepared& prepared, char* role_argument) {
+  if (getpid() != 1 || dup2(control.get(), sb::kControlFd) < 0 ||
+      syscall(SYS_close_range, sb::kControlFd + 1, ~0U, 0) != 0) {
+    _exit(127);
+  }
+  control.release();  // closed by close_range
+  static_assert(sizeof(kLauncherArgument) == sizeof(sb::kTemplateArgument));
+  std::memcpy(role_argument, kLauncherArgument, sizeof(kLauncherArgument));
+  run_launcher(prepared);
+}
+
+// The daemon asks for each launcher with a one-byte datagram carrying the new
+// launcher's control socket (SCM_RIGHTS) and gets back the launcher's pid, or
+// -errno, as an int32 with the launcher's pidfd attached. Returns when the
+// daemon is gone.
+int serve_as_template(char* argument) {
+  const Prepared prepared = prepare_for_launchers();
+  for (;;) {
+    char request = 0;
+    std::vector<UniqueFd> fds;
+    bool truncated = false;
+    const ssize_t n =
+        pando::receive_with_fds(sb::kControlFd, &request, sizeof(request), 1, 0, fds, truncated);
+    if (n == 0) return 0;
+    if (n < 0) return 1;
+    std::int32_t answer = -EINVAL;
+    UniqueFd pidfd;
+    if (fds.size() == 1 && !truncated) {
+      int raw_pidfd = -1;
+      const pid_t pid = sb::fork_into_new_namespaces(&raw_pidfd);
+      if (pid == 0) become_launcher(std::move(fds[0]), prepared, argument);
+      answer = pid > 0 ? pid : -errno;
+      if (pid > 0) pidfd.reset(raw_pidfd);
+    }
+    std::vector<int> attached;
+    if (pidfd.valid()) attached.push_back(pidfd.get());
+    if (pando::send_with_fds(sb::kControlFd, &answer, sizeof(answer), attached) !=
+        static_cast<ssize_t>(sizeof(answer))) {
+      return 1;
+    }
+  }
+}
+
+}  // namespace
+
+// The daemon starts this binary once, as the launcher template: argv[1] is
+// kTemplateArgument, fds 0-2 are /dev/null, fd 3 is its control socket and fd
+// 4 the seccomp program.
+// Run any other way, refuse. The template itself never mounts anything: only
+// its copies do, each in the new namespaces it was forked into.
+bool started_by_the_daemon(int argc, char** argv) {
+  if (argc != 2 || std::strcmp(argv[1], sb::kTemplateArgument) != 0) return false;
+  int type = 0;
+  socklen_t length = sizeof(type);
+  return getsockopt(sb::kControlFd, SOL_SOCKET, SO_TYPE, &type, &length) == 0 &&
+         type == SOCK_SEQPACKET;
+}
+
+int main(int argc, char** argv) {
+  if (!started_by_the_daemon(argc, argv)) {
+    static constexpr char kMessage[] =
+        "pando-helper-sandbox: started by pando-helperd only (as its launcher template)\n";
+    (void)!write(2, kMessage, sizeof(kMessage) - 1);
+    return 64;
+  }
+  // Not dumpable while root state and host fds are around; copies inherit it.
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  return serve_as_template(argv[1]);
 }

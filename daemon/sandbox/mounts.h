@@ -10,8 +10,14 @@
 
 namespace pando::sandbox {
 
-// The launcher's control socket (SOCK_SEQPACKET to the daemon).
+// The control socket (SOCK_SEQPACKET to the daemon) of the launcher template
+// and of each launcher.
 inline constexpr int kControlFd = 3;
+// argv[1] with which the daemon starts pando-helper-sandbox as the template.
+inline constexpr char kTemplateArgument[] = "--template";
+// The template's fd holding the seccomp program the daemon compiled (a sealed
+// memfd, see seccomp.h).
+inline constexpr int kSeccompProgramFd = 4;
 
 // Daemon side. The caller's directories as the launcher mounts them: detached
 // copies of the mounts of the O_PATH fds (open_tree(OPEN_TREE_CLONE) without

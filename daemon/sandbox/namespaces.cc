@@ -1,11 +1,14 @@
 #include "daemon/sandbox/namespaces.h"
 
+#include <linux/sched.h>
 #include <net/if.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -36,6 +39,22 @@ void bring_up_loopback() {
 }
 
 }  // namespace
+
+// The raw syscall: glibc has no fork() that takes namespace flags. glibc
+// (>= 2.25) caches no pid, and the one thread-id cache it keeps (in the
+// thread control block) is not used for signals a thread sends itself
+// (raise, abort), so a single-threaded copy may go on running C++ code. The
+// cgroup namespace comes later (enter_cgroup_namespace), once the daemon has
+// moved the launcher into the session's cgroups.
+pid_t fork_into_new_namespaces(int* pidfd) {
+  clone_args args{};
+  args.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
+               CLONE_PARENT | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<std::uintptr_t>(pidfd);
+  // No exit_signal with CLONE_PARENT (EINVAL): the copy inherits the
+  // template's, SIGCHLD to the daemon.
+  return static_cast<pid_t>(syscall(SYS_clone3, &args, sizeof(args)));
+}
 
 void set_up_namespaces() {
   if (sethostname(kHostName, sizeof(kHostName) - 1) != 0) throw_errno("sethostname");

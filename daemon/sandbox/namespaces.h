@@ -1,11 +1,20 @@
 #pragma once
 
+#include <sys/types.h>
+
 namespace pando::sandbox {
 
-// Runs in pando-helper-sandbox, which the daemon started with clone3() in new
-// mount, pid, net, ipc and uts namespaces, before any request: sets the
-// hostname and brings up the loopback interface of the private network
-// namespace. Throws SetupError.
+// The launcher template (daemon/sandbox/main.cc) starts each session's
+// launcher as a copy of itself: fork semantics (copied memory, same stack, no
+// exec), as PID 1 of new mount, pid, network, IPC and UTS namespaces, and as
+// a child of the daemon (CLONE_PARENT), which reaps it. Its pidfd is stored in
+// *pidfd. Returns 0 in the copy, its pid in the caller, -1 with errno set.
+// Single-threaded callers only: the copy has the caller's one thread.
+pid_t fork_into_new_namespaces(int* pidfd);
+
+// Runs first in a launcher, before any request: sets the hostname and brings
+// up the loopback interface of the private network namespace. Throws
+// SetupError.
 void set_up_namespaces();
 
 // Once the daemon has moved the launcher into the session's cgroups: a new

@@ -1,6 +1,7 @@
 #include "daemon/sandbox/seccomp.h"
 
 #include <asm/unistd.h>
+#include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sched.h>
@@ -243,9 +244,12 @@ void add_rule(const Filter& filter, const Rule& rule) {
   }
 }
 
+// What a compiled program is sealed against: it never changes once exported.
+constexpr int kProgramSeals = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
+
 }  // namespace
 
-SeccompProgram build_seccomp_program() {
+UniqueFd compile_seccomp_program() {
   if (seccomp_arch_native() != SCMP_ARCH_X86_64) {
     throw SetupError(pando::helper::v1::ERROR_SANDBOX_UNSUPPORTED,
                      "seccomp: the policy is written for x86_64 only");
@@ -261,12 +265,25 @@ SeccompProgram build_seccomp_program() {
   for (const Rule& rule : kPolicy) add_rule(filter, rule);
 
   // libseccomp 2.5 exports only to a file descriptor (seccomp_export_bpf_mem is 2.6).
-  const pando::UniqueFd memfd(memfd_create("pando-seccomp-bpf", MFD_CLOEXEC));
-  if (memfd.get() < 0) throw_errno("memfd_create for the seccomp program");
+  UniqueFd memfd(memfd_create("pando-seccomp-bpf", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!memfd.valid()) throw_errno("memfd_create for the seccomp program");
   rc = seccomp_export_bpf(filter.get(), memfd.get());
   if (rc != 0) throw_seccomp("exporting the filter", rc);
+  if (fcntl(memfd.get(), F_ADD_SEALS, kProgramSeals | F_SEAL_SEAL) != 0) {
+    throw_errno("sealing the seccomp program");
+  }
+  return memfd;
+}
+
+SeccompProgram read_seccomp_program(int fd) {
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0) throw_errno("reading the seals of the seccomp program");
+  if ((seals & kProgramSeals) != kProgramSeals) {
+    throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+                     "seccomp: the compiled program is not sealed against changes");
+  }
   struct stat st {};
-  if (fstat(memfd.get(), &st) != 0) throw_errno("fstat of the seccomp program");
+  if (fstat(fd, &st) != 0) throw_errno("fstat of the seccomp program");
   const auto bytes = static_cast<size_t>(st.st_size);
   if (bytes == 0 || bytes % sizeof(sock_filter) != 0 ||
       bytes / sizeof(sock_filter) > BPF_MAXINSNS) {
@@ -275,8 +292,8 @@ SeccompProgram build_seccomp_program() {
   }
   std::vector<sock_filter> instructions(bytes / sizeof(sock_filter));
   for (size_t done = 0; done < bytes;) {
-    const ssize_t n = pread(memfd.get(), reinterpret_cast<char*>(instructions.data()) + done,
-                            bytes - done, static_cast<off_t>(done));
+    const ssize_t n = pread(fd, reinterpret_cast<char*>(instructions.data()) + done, bytes - done,
+                            static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw_errno("reading the seccomp program");
     if (n == 0) {
@@ -286,6 +303,11 @@ SeccompProgram build_seccomp_program() {
     done += static_cast<size_t>(n);
   }
   return SeccompProgram(std::move(instructions));
+}
+
+SeccompProgram build_seccomp_program() {
+  const UniqueFd compiled = compile_seccomp_program();
+  return read_seccomp_program(compiled.get());
 }
 
 void install_seccomp_program(const SeccompProgram& program) {

@@ -6,10 +6,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/unique_fd.h"
+
 namespace pando::sandbox {
 
 // The seccomp filter (policy table in seccomp.cc, listed in SECURITY.md) compiled to classic
-// BPF, ready for the kernel. Built once, before the request: it depends on nothing in the plan.
+// BPF, ready for the kernel. It depends on nothing in a request: the daemon compiles it once at
+// start and hands it to the launcher template, whose launchers inherit it.
 class SeccompProgram {
  public:
   explicit SeccompProgram(std::vector<sock_filter> instructions)
@@ -21,8 +24,16 @@ class SeccompProgram {
   std::vector<sock_filter> instructions_;
 };
 
-// Compiles the policy with libseccomp. Leaves the calling process's own filter alone.
+// The daemon, once: compiles the policy with libseccomp into a memfd sealed against any change
+// (write, grow, shrink, new seals). Leaves the calling process's own filter alone. Throws
+// SetupError.
+UniqueFd compile_seccomp_program();
+
+// The launcher template: reads a program from such a memfd, after checking its seals and size.
 // Throws SetupError.
+SeccompProgram read_seccomp_program(int fd);
+
+// Both steps in one process.
 SeccompProgram build_seccomp_program();
 
 // Installs `program` on the calling thread with the raw seccomp() syscall: no libseccomp, no

@@ -3,10 +3,10 @@
 // sandbox and prints one marker line; the tests compare those lines.
 
 #include <fcntl.h>
-#include <linux/capability.h>
-#include <sched.h>
 #include <gtest/gtest.h>
+#include <linux/capability.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -139,14 +139,16 @@ std::string ns_of(pid_t pid, const std::string& kind) {
   return fs::read_symlink("/proc/" + std::to_string(pid) + "/ns/" + kind, ec).string();
 }
 
-// A launcher the daemon started ahead of requests (see SECURITY.md): root, no
-// child, /dev/null as 0-2, its control socket as 3 and otherwise only its own
-// new root (attached on /tmp of its mount namespace until pivot_root), in no
-// session cgroup. Nothing of a caller.
+// A launcher the daemon started ahead of requests (see SECURITY.md): root, in
+// a mount namespace of its own, no child, /dev/null as 0-2, its control socket
+// as 3 and otherwise only its own new root (attached on /tmp of its mount
+// namespace until pivot_root), in no session cgroup. Nothing of a caller.
 bool is_waiting_launcher(pid_t pid) {
   const std::string base = "/proc/" + std::to_string(pid);
   if (status_field(pid, "Name") != "pando-helper-sa") return false;
   if (status_field(pid, "Uid").rfind("0\t0\t0\t0", 0) != 0) return false;
+  const std::string mnt = ns_of(pid, "mnt");
+  if (mnt.empty() || mnt == ns_of(getpid(), "mnt")) return false;
   if (!children_of(pid).empty()) return false;
   for (const std::string& fd : fd_names(pid)) {
     std::error_code ec;
@@ -159,11 +161,41 @@ bool is_waiting_launcher(pid_t pid) {
   return read_file(base + "/cgroup").find("session-") == std::string::npos;
 }
 
-// The daemon's children that are not waiting launchers.
+// The launcher template (see SECURITY.md): root, in the host's mount and pid
+// namespaces, no child of its own (its launchers are the daemon's), /dev/null
+// as 0-2, its control socket as 3 and no other fd.
+bool is_launcher_template(pid_t pid) {
+  const std::string base = "/proc/" + std::to_string(pid);
+  if (status_field(pid, "Name") != "pando-helper-sa") return false;
+  if (status_field(pid, "Uid").rfind("0\t0\t0\t0", 0) != 0) return false;
+  if (ns_of(pid, "mnt") != ns_of(getpid(), "mnt") || ns_of(pid, "pid") != ns_of(getpid(), "pid")) {
+    return false;
+  }
+  if (!children_of(pid).empty()) return false;
+  std::set<std::string> fds = fd_names(pid);
+  if (fds != std::set<std::string>{"0", "1", "2", "3"}) return false;
+  for (const std::string fd : {"0", "1", "2"}) {
+    std::error_code ec;
+    if (fs::read_symlink(base + "/fd/" + fd, ec).string() != "/dev/null") return false;
+  }
+  std::error_code ec;
+  return fs::read_symlink(base + "/fd/3", ec).string().rfind("socket:", 0) == 0;
+}
+
+// The daemon's children that are neither waiting launchers nor the template.
 std::vector<pid_t> session_children_of(pid_t daemon) {
   std::vector<pid_t> out;
   for (pid_t pid : children_of(daemon)) {
-    if (!is_waiting_launcher(pid)) out.push_back(pid);
+    if (!is_waiting_launcher(pid) && !is_launcher_template(pid)) out.push_back(pid);
+  }
+  return out;
+}
+
+// The daemon's waiting launchers.
+std::vector<pid_t> waiting_launchers_of(pid_t daemon) {
+  std::vector<pid_t> out;
+  for (pid_t pid : children_of(daemon)) {
+    if (is_waiting_launcher(pid)) out.push_back(pid);
   }
   return out;
 }
@@ -415,7 +447,8 @@ TEST_F(ConfinementTest, NetworkHasOnlyLoopbackAndItIsUp) {
 }
 
 // `prestarted`: the daemon's prestarted_sandboxes; that many waiting
-// launchers (and nothing else) may remain its children.
+// launchers and the launcher template (and nothing else) may remain its
+// children.
 void ConfinementTest::expect_sessions_leave_nothing(unsigned prestarted) {
   // Orphans of the daemon (a launcher or role process that outlived it) are
   // reparented to this process instead of init, where they can be counted.
@@ -443,7 +476,7 @@ void ConfinementTest::expect_sessions_leave_nothing(unsigned prestarted) {
   EXPECT_TRUE(eventually(
       [&] {
         return session_children_of(daemon_->pid()).empty() &&
-               children_of(daemon_->pid()).size() <= prestarted;
+               children_of(daemon_->pid()).size() <= prestarted + 1;
       },
       10s))
       << "still children of the daemon:\n"
@@ -477,11 +510,11 @@ TEST_F(ConfinementTest, PrestartedLaunchersServeOneSessionEach) {
   options.extra_config = "prestarted_sandboxes: 1\n";
   start_daemon(options);
   auto waiting = [&] {
-    const auto children = children_of(daemon_->pid());
-    return children.size() == 1 && is_waiting_launcher(children[0]) ? children[0] : pid_t{-1};
+    const auto launchers = waiting_launchers_of(daemon_->pid());
+    return launchers.size() == 1 ? launchers[0] : pid_t{-1};
   };
-  // A launcher found right after its exec may still be replacing its image:
-  // take one whose namespaces can be read.
+  // Take one whose namespaces can be read (a launcher may exit between the
+  // listing and the readlink).
   pid_t first = -1;
   std::string first_net;
   ASSERT_TRUE(eventually(
@@ -496,10 +529,9 @@ TEST_F(ConfinementTest, PrestartedLaunchersServeOneSessionEach) {
   EXPECT_NE(ns_of(first, "mnt"), ns_of(getpid(), "mnt"));
   EXPECT_NE(ns_of(first, "pid_for_children"), ns_of(getpid(), "pid_for_children"));
   // Preparing ahead of requests never takes CPU from a session (the policy
-  // is the launcher's first step after exec)...
+  // is the launcher's first step)...
   EXPECT_TRUE(eventually([&] { return sched_getscheduler(first) == SCHED_IDLE; }, 10s))
       << sched_getscheduler(first);
-
 
   // Two sessions alive at once (namespace numbers are reused once freed):
   // the first gets the waiting launcher, and they share no namespace.
@@ -566,8 +598,8 @@ TEST_F(ConfinementTest, PrestartedLaunchersWorkWithoutCapSysNice) {
   pid_t waiting = -1;
   ASSERT_TRUE(eventually(
       [&] {
-        const auto children = children_of(daemon_->pid());
-        waiting = children.size() == 1 && is_waiting_launcher(children[0]) ? children[0] : -1;
+        const auto launchers = waiting_launchers_of(daemon_->pid());
+        waiting = launchers.size() == 1 ? launchers[0] : -1;
         return waiting > 0;
       },
       10s))
@@ -578,14 +610,51 @@ TEST_F(ConfinementTest, PrestartedLaunchersWorkWithoutCapSysNice) {
   EXPECT_NE(r.out.find("SCHED_OTHER"), std::string::npos) << r.out;
 }
 
-// The launcher builds its base view before a plan arrives: run by hand in the
-// host's namespaces it must refuse before touching a mount.
+// The launcher template is the daemon's one long-lived helper: killed, it is
+// started again by the next launch, which still succeeds, and sessions never
+// see it.
+TEST_F(ConfinementTest, LauncherTemplateIsRestartedWhenItDies) {
+  DaemonOptions options;
+  options.extra_config = "prestarted_sandboxes: 0\n";
+  start_daemon(options);
+  auto templates = [&] {
+    std::vector<pid_t> out;
+    for (pid_t pid : children_of(daemon_->pid())) {
+      if (is_launcher_template(pid)) out.push_back(pid);
+    }
+    return out;
+  };
+  // Until it has read the seccomp program the template still holds fd 4.
+  ASSERT_TRUE(eventually([&] { return templates().size() == 1; }, 10s))
+      << describe(children_of(daemon_->pid()));
+  const pid_t first = templates()[0];
+  const RunResult before = sh("echo one");
+  EXPECT_EQ(before.out, "one\n") << before.err;
+  EXPECT_EQ(templates(), std::vector<pid_t>{first});
+
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  ASSERT_TRUE(eventually([&] { return status_field(first, "State").rfind("Z", 0) == 0; }, 10s));
+  const RunResult after = sh("echo two; ps -e -o args=");
+  EXPECT_EQ(after.exit_code, 0) << after.err << daemon_->log();
+  EXPECT_EQ(after.out.rfind("two\n", 0), 0u) << after.out;
+  EXPECT_EQ(after.out.find("--template"), std::string::npos) << after.out;
+  EXPECT_TRUE(eventually([&] { return kill(first, 0) != 0; }, 10s))
+      << "the dead template was not reaped";
+  ASSERT_TRUE(eventually([&] { return templates().size() == 1; }, 10s))
+      << describe(children_of(daemon_->pid()));
+  EXPECT_NE(templates()[0], first);
+  EXPECT_TRUE(eventually([&] { return session_children_of(daemon_->pid()).empty(); }, 10s))
+      << describe(children_of(daemon_->pid()));
+}
+
+// Only the daemon starts pando-helper-sandbox (as its launcher template, with
+// a control socket as fd 3): run by hand it must refuse before doing anything.
 TEST_F(ConfinementTest, LauncherRefusesToRunOutsideTheDaemon) {
   const auto mounts_before = host_mounts();
   struct stat own {};
   ASSERT_EQ(stat("/proc/self/ns/mnt", &own), 0);
-  for (const std::vector<std::string>& extra :
-       std::vector<std::vector<std::string>>{{}, {"1"}, {std::to_string(own.st_ino)}}) {
+  for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
+           {}, {"1"}, {std::to_string(own.st_ino)}, {"--template"}, {"--template", "x"}}) {
     std::vector<std::string> args{sandbox_binary()};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
@@ -594,8 +663,9 @@ TEST_F(ConfinementTest, LauncherRefusesToRunOutsideTheDaemon) {
     const pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
+      // fd 3 is no control socket.
       const int null = open("/dev/null", O_RDWR);
-      if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) _exit(125);
+      if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0 || dup2(null, 3) < 0) _exit(125);
       execv(argv[0], argv.data());
       _exit(126);
     }
