@@ -84,15 +84,20 @@ int exec_template(void* arg) {
 // one thread only.
 alignas(16) char template_stack[64 * 1024];
 
-void kill_and_reap(int pidfd) {
-  syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0);
+}  // namespace
+
+bool kill_and_reap(int pidfd) noexcept {
+  // ESRCH: it is dead already, a zombie to reap. Any other failure leaves a
+  // process that would not die: waiting for it would hang.
+  if (syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0) != 0 && errno != ESRCH) {
+    return false;
+  }
   siginfo_t info{};
   while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED) != 0 &&
          errno == EINTR) {
   }
+  return true;
 }
-
-}  // namespace
 
 LauncherTemplate::LauncherTemplate(int launcher_fd)
     : launcher_fd_(launcher_fd),
@@ -140,7 +145,6 @@ void LauncherTemplate::start() {
     errno = clone_errno;
     fail("clone");
   }
-  pid_ = pid;
   pidfd_.reset(pidfd);
   control_ = std::move(control);
   const timeval timeout{kTemplateReplyMillis / 1000, 0};
@@ -153,7 +157,6 @@ void LauncherTemplate::stop() noexcept {
   control_.reset();
   if (pidfd_.valid()) kill_and_reap(pidfd_.get());
   pidfd_.reset();
-  pid_ = -1;
 }
 
 std::optional<StartedSandbox> LauncherTemplate::ask() {
@@ -181,15 +184,13 @@ std::optional<StartedSandbox> LauncherTemplate::ask() {
     errno = ETIMEDOUT;
   }
   if (n < 0) fail("waiting for the launcher template");
-  if (n != sizeof(answer) || truncated) {
-    errno = EPROTO;
-    fail("the launcher template's answer");
-  }
-  if (answer < 0) {
+  if (n == sizeof(answer) && !truncated && answer < 0 && fds.empty()) {
     errno = -answer;
     fail("the launcher template's clone()");
   }
-  if (fds.size() != 1) {
+  if (n != sizeof(answer) || truncated || answer <= 0 || fds.size() != 1) {
+    // Not its protocol: start over with a fresh one next time.
+    stop();
     errno = EPROTO;
     fail("the launcher template's answer");
   }

@@ -47,8 +47,6 @@ class LauncherTemplate {
   // std::system_error.
   StartedSandbox start_sandbox();
 
-  pid_t pid() const { return pid_; }
-
  private:
   void start();
   void stop() noexcept;
@@ -58,10 +56,13 @@ class LauncherTemplate {
   int launcher_fd_;
   UniqueFd devnull_;          // the template's fds 0-2, and so every launcher's
   UniqueFd seccomp_program_;  // sealed memfd, the template's fd 4
-  pid_t pid_ = -1;
   UniqueFd pidfd_;
   UniqueFd control_;
 };
+
+// SIGKILL through the pidfd, then reap (the process must be our child).
+// Returns false, without waiting, when the signal could not be sent.
+bool kill_and_reap(int pidfd) noexcept;
 
 // The role's stdio: `child` become its fds 0-2; the daemon keeps the other
 // ends (with direct stdio, stdin_write and stdout_read stay invalid: the role

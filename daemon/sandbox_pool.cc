@@ -1,16 +1,9 @@
 #include "daemon/sandbox_pool.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
-#include <signal.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <string>
-#include <system_error>
 
 #include "common/json_log.h"
 
@@ -23,17 +16,10 @@ bool has_exited(const StartedSandbox& sandbox) {
   return poll(&p, 1, 0) > 0;
 }
 
-// SIGKILL, then reap: a waiting launcher has no children and dies at once.
+// A waiting launcher has no children and dies at once.
 void discard(StartedSandbox& sandbox) {
-  if (syscall(SYS_pidfd_send_signal, sandbox.pidfd.get(), SIGKILL, nullptr, 0) != 0 &&
-      errno != ESRCH) {
-    log::warn("prestarted_sandbox_kill_failed",
-              {{"pid", static_cast<int64_t>(sandbox.pid)}, {"errno", errno}});
-  }
-  siginfo_t info{};
-  while (waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(sandbox.pidfd.get()), &info,
-                WEXITED) != 0 &&
-         errno == EINTR) {
+  if (!kill_and_reap(sandbox.pidfd.get())) {
+    log::warn("prestarted_sandbox_kill_failed", {{"pid", static_cast<int64_t>(sandbox.pid)}});
   }
 }
 
