@@ -556,20 +556,35 @@ bool SessionCgroup::wait_empty(std::chrono::milliseconds max) noexcept {
 SessionUsage SessionCgroup::usage() const noexcept {
   SessionUsage u;
   try {
-    read_usage(u);
+    read_usage(u, false);
   } catch (const std::exception& e) {
     log::error("cgroup_read_failed", {{"cgroup", describe()}, {"error", std::string(e.what())}});
   }
   return u;
 }
 
-void SessionCgroup::read_usage(SessionUsage& u) const {
+SessionUsage SessionCgroup::limit_events() const noexcept {
+  SessionUsage u;
+  try {
+    read_usage(u, true);
+  } catch (const std::exception& e) {
+    log::error("cgroup_read_failed", {{"cgroup", describe()}, {"error", std::string(e.what())}});
+  }
+  return u;
+}
+
+void SessionCgroup::read_usage(SessionUsage& u, bool limit_events_only) const {
+  const bool full = !limit_events_only;
   for (const auto& d : dirs_) {
     const std::string& p = d.path;
     if (d.unified) {
-      if (auto v = read_keyed(p + "/cpu.stat", "usage_usec")) u.cpu_usage_usec = *v;
+      if (full) {
+        if (auto v = read_keyed(p + "/cpu.stat", "usage_usec")) u.cpu_usage_usec = *v;
+      }
       if (d.memory) {
-        if (auto v = read_u64(p + "/memory.peak")) u.memory_peak_bytes = *v;
+        if (full) {
+          if (auto v = read_u64(p + "/memory.peak")) u.memory_peak_bytes = *v;
+        }
         if (auto text = read_if_exists(p + "/memory.events")) {
           uint64_t oom = cgroup_text::keyed_value(*text, "oom_kill").value_or(0);
           uint64_t max = cgroup_text::keyed_value(*text, "max").value_or(0);
@@ -580,24 +595,26 @@ void SessionCgroup::read_usage(SessionUsage& u) const {
       }
     } else {
       if (d.memory) {
-        if (auto v = read_u64(p + "/memory.max_usage_in_bytes")) u.memory_peak_bytes = *v;
         uint64_t oom = read_keyed(p + "/memory.oom_control", "oom_kill").value_or(0);
         u.oom_killed = oom > 0;
-        u.memory_limit_hit = oom > 0 || read_u64(p + "/memory.failcnt").value_or(0) > 0;
+        if (full) {
+          if (auto v = read_u64(p + "/memory.max_usage_in_bytes")) u.memory_peak_bytes = *v;
+          u.memory_limit_hit = oom > 0 || read_u64(p + "/memory.failcnt").value_or(0) > 0;
+        }
       }
-      if (d.cpuacct) {
+      if (d.cpuacct && full) {
         if (auto v = read_u64(p + "/cpuacct.usage")) u.cpu_usage_usec = *v / 1000;
       }
     }
-    if (d.pids) {
+    if (d.pids && full) {
       if (auto v = read_u64(p + "/pids.peak")) {
         u.pids_peak = *v;
       } else if (auto cur = read_u64(p + "/pids.current")) {
         pids_seen_ = std::max(pids_seen_, *cur);
         u.pids_peak = pids_seen_;
       }
-      u.pids_limit_hit = read_keyed(p + "/pids.events", "max").value_or(0) > 0;
     }
+    if (d.pids) u.pids_limit_hit = read_keyed(p + "/pids.events", "max").value_or(0) > 0;
   }
 }
 

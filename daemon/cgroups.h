@@ -84,6 +84,9 @@ class SessionCgroup {
 
   // Reads the accounting files; call before remove(). Unreadable values stay zero.
   SessionUsage usage() const noexcept;
+  // Only oom_killed and pids_limit_hit, which decide an Exit's reason: fewer files than usage(),
+  // read while the client waits for its Exit.
+  SessionUsage limit_events() const noexcept;
 
   // rmdir every directory. Returns false while a directory still has processes (EBUSY) or on
   // another error (logged). Already-removed directories count as removed.
@@ -111,7 +114,7 @@ class SessionCgroup {
 
   std::vector<pid_t> listed_pids() const;
   bool empty() const;
-  void read_usage(SessionUsage& usage) const;
+  void read_usage(SessionUsage& usage, bool limit_events_only) const;
   void kill_with(KillMethod method);
   void kill_frozen();
   void kill_listed_checked();

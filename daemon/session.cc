@@ -112,10 +112,9 @@ void Session::read_request_header() {
 
 void Session::receive_request_header() {
   bool truncated = false;
-  const ssize_t n =
-      receive_with_fds(socket_.native_handle(), header_.data() + header_have_,
-                       header_.size() - header_have_, kMaxPassedFds, MSG_DONTWAIT, passed_fds_,
-                       truncated);
+  const ssize_t n = receive_with_fds(socket_.native_handle(), header_.data() + header_have_,
+                                     header_.size() - header_have_, kMaxPassedFds, MSG_DONTWAIT,
+                                     passed_fds_, truncated);
   if (n < 0 && would_block(errno)) return read_request_header();
   if (n <= 0) return close();
   // Stream socket: only the fds can be cut off.
@@ -665,7 +664,7 @@ void Session::pump_output() {
       if (n < 0 && would_block(errno)) return wait_socket_writable();
       return client_gone("client write error");
     }
-    if (exit_queued_) return close();
+    if (sent_exit_) return close();
     if (state_ != State::kRunning) return;
     OutputPipe& first = prefer_stderr_ ? stderr_ : stdout_;
     OutputPipe& second = prefer_stderr_ ? stdout_ : stderr_;
@@ -734,7 +733,7 @@ void Session::shut_down() {
 void Session::maybe_finish() {
   if (!sandbox_reaped_) return;
   if (client_gone_) return close();
-  if (state_ != State::kRunning || exit_queued_) return;
+  if (state_ != State::kRunning || sent_exit_) return;
   if (!stdout_.eof || !stderr_.eof || out_splice_remaining_ > 0) return;
   send_exit();
 }
@@ -797,12 +796,12 @@ void Session::log_session_end(const v1::Exit& exit, const SessionUsage& usage,
 }
 
 void Session::send_exit() {
-  SessionUsage usage{};
-  if (cgroup_) usage = cgroup_->usage();
-  const v1::Exit exit = build_exit(usage);
-  log_session_end(exit, usage, v1::EndReason_Name(exit.reason()));
-  queue_frame(v1::FRAME_EXIT, exit);
-  exit_queued_ = true;
+  // Only what decides the reason is read while the client waits; close()
+  // reads the rest of the accounting for the log.
+  SessionUsage events{};
+  if (cgroup_) events = cgroup_->limit_events();
+  sent_exit_ = build_exit(events);
+  queue_frame(v1::FRAME_EXIT, *sent_exit_);
   pump_output();
 }
 
@@ -818,15 +817,19 @@ void Session::close() {
   }
   if (finished_) return;
   finished_ = true;
-  if (launched_ && !exit_queued_) {
-    // No Exit frame went out (client gone, protocol error, shutdown during
-    // setup): the session is still accounted.
+  if (launched_) {
+    // Every launched session is accounted, also when no Exit frame went out
+    // (client gone, protocol error, shutdown during setup).
     SessionUsage usage{};
     if (cgroup_) usage = cgroup_->usage();
-    log_session_end(build_exit(usage), usage,
-                    !accepted_     ? "setup_failed"
-                    : client_gone_ ? "client_gone"
-                                   : v1::EndReason_Name(end_reason_));
+    if (sent_exit_) {
+      log_session_end(*sent_exit_, usage, v1::EndReason_Name(sent_exit_->reason()));
+    } else {
+      log_session_end(build_exit(usage), usage,
+                      !accepted_     ? "setup_failed"
+                      : client_gone_ ? "client_gone"
+                                     : v1::EndReason_Name(end_reason_));
+    }
   }
   control_.close(ignored);
   stdin_.close(ignored);

@@ -158,7 +158,7 @@ class Session : public std::enable_shared_from_this<Session> {
   OutputPipe* out_splice_pipe_ = nullptr;
   bool prefer_stderr_ = false;
   bool out_waiting_ = false;
-  bool exit_queued_ = false;
+  std::optional<pando::helper::v1::Exit> sent_exit_;  // queued for the client; close() logs it
   bool finished_ = false;
   bool client_gone_ = false;
 };

@@ -540,6 +540,10 @@ TEST_F(CgroupsTest, PidsLimitStopsForkBomb) {
   SessionUsage u = s->usage();
   EXPECT_TRUE(u.pids_limit_hit);
   EXPECT_EQ(u.pids_peak, 16u);
+  // What decides the Exit's reason, read alone.
+  const SessionUsage events = s->limit_events();
+  EXPECT_TRUE(events.pids_limit_hit);
+  EXPECT_FALSE(events.oom_killed);
   s->kill_all();
   EXPECT_TRUE(s->wait_empty(2s));
   EXPECT_TRUE(s->remove());
@@ -568,6 +572,9 @@ TEST_F(CgroupsTest, MemoryLimitOomKills) {
               u.memory_limit_hit);
   EXPECT_TRUE(u.oom_killed);
   EXPECT_TRUE(u.memory_limit_hit);
+  const SessionUsage events = s->limit_events();
+  EXPECT_TRUE(events.oom_killed);
+  EXPECT_FALSE(events.pids_limit_hit);
   EXPECT_LE(u.memory_peak_bytes, uint64_t{64} << 20);
   EXPECT_GT(u.memory_peak_bytes, uint64_t{32} << 20);
   EXPECT_TRUE(s->wait_empty(2s));
