@@ -1,9 +1,10 @@
 // pando-helper-sandbox: started once by pando-helperd, as root, as the launcher
 // template. It reads what every session shares (the seccomp program the daemon
-// compiled) and then, for each request of the daemon, forks a copy of itself as PID 1 of new
-// mount, pid, network, IPC and UTS namespaces: that session's launcher, which
-// prepares ahead of the request, waits for the plan, applies the confinement
-// layers in the order below and then stays behind as the session's init.
+// compiled) and then, for each request of the daemon, forks a copy of itself as
+// PID 1 of new mount, pid, network, IPC and UTS namespaces: that session's
+// launcher, which prepares ahead of the request, waits for the plan, applies
+// the confinement layers in the order below and then stays behind as the
+// session's init.
 // SECURITY.md lists the same order.
 
 #include <fcntl.h>
@@ -305,24 +306,24 @@ Prepared prepare_for_launchers() {
 
 // In the copy fork_into_new_namespaces() made: `control` becomes fd 3, in
 // place of the template's own control socket, and no other fd of the
-// template survives. `role_argument` is the copy's argv[1], the template's
-// kTemplateArgument: ps shows launchers as launchers.
-[[noreturn]] void become_launcher(UniqueFd control, const Prepared& prepared, char* role_argument) {
+// template survives. `argv1` is the copy's argv[1], the template's
+// kTemplateArgument, overwritten so that ps shows launchers as launchers.
+[[noreturn]] void become_launcher(UniqueFd control, const Prepared& prepared, char* argv1) {
   if (getpid() != 1 || dup2(control.get(), sb::kControlFd) < 0 ||
       syscall(SYS_close_range, sb::kControlFd + 1, ~0U, 0) != 0) {
     _exit(127);
   }
   control.release();  // closed by close_range
   static_assert(sizeof(kLauncherArgument) == sizeof(sb::kTemplateArgument));
-  std::memcpy(role_argument, kLauncherArgument, sizeof(kLauncherArgument));
+  std::memcpy(argv1, kLauncherArgument, sizeof(kLauncherArgument));
   run_launcher(prepared);
 }
 
 // The daemon asks for each launcher with a one-byte datagram carrying the new
 // launcher's control socket (SCM_RIGHTS) and gets back the launcher's pid, or
 // -errno, as an int32 with the launcher's pidfd attached. Returns when the
-// daemon is gone.
-int serve_as_template(char* argument) {
+// daemon is gone. `argv1`: see become_launcher().
+int serve_as_template(char* argv1) {
   const Prepared prepared = prepare_for_launchers();
   for (;;) {
     char request = 0;
@@ -337,7 +338,7 @@ int serve_as_template(char* argument) {
     if (fds.size() == 1 && !truncated) {
       int raw_pidfd = -1;
       const pid_t pid = sb::fork_into_new_namespaces(&raw_pidfd);
-      if (pid == 0) become_launcher(std::move(fds[0]), prepared, argument);
+      if (pid == 0) become_launcher(std::move(fds[0]), prepared, argv1);
       answer = pid > 0 ? pid : -errno;
       if (pid > 0) pidfd.reset(raw_pidfd);
     }
