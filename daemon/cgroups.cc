@@ -553,20 +553,14 @@ bool SessionCgroup::wait_empty(std::chrono::milliseconds max) noexcept {
   }
 }
 
-SessionUsage SessionCgroup::usage() const noexcept {
-  SessionUsage u;
-  try {
-    read_usage(u, false);
-  } catch (const std::exception& e) {
-    log::error("cgroup_read_failed", {{"cgroup", describe()}, {"error", std::string(e.what())}});
-  }
-  return u;
-}
+SessionUsage SessionCgroup::usage() const noexcept { return read_or_log(false); }
 
-SessionUsage SessionCgroup::limit_events() const noexcept {
+SessionUsage SessionCgroup::limit_events() const noexcept { return read_or_log(true); }
+
+SessionUsage SessionCgroup::read_or_log(bool limit_events_only) const noexcept {
   SessionUsage u;
   try {
-    read_usage(u, true);
+    read_usage(u, limit_events_only);
   } catch (const std::exception& e) {
     log::error("cgroup_read_failed", {{"cgroup", describe()}, {"error", std::string(e.what())}});
   }

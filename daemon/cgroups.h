@@ -114,6 +114,7 @@ class SessionCgroup {
 
   std::vector<pid_t> listed_pids() const;
   bool empty() const;
+  SessionUsage read_or_log(bool limit_events_only) const noexcept;
   void read_usage(SessionUsage& usage, bool limit_events_only) const;
   void kill_with(KillMethod method);
   void kill_frozen();
