@@ -153,7 +153,7 @@ bool process_is_filtered() {
   return true;
 }
 
-// The launcher builds once and installs in each role process; the program must not depend on
+// The daemon builds once and each role process installs it; the program must not depend on
 // when it was built, and building must not filter the builder.
 TEST(SeccompTest, BuildIsDeterministicAndLeavesTheBuilderUnfiltered) {
   const SeccompProgram first = build_seccomp_program();
@@ -161,6 +161,50 @@ TEST(SeccompTest, BuildIsDeterministicAndLeavesTheBuilderUnfiltered) {
   EXPECT_GT(first.instructions().size(), 100u);
   EXPECT_TRUE(same_bytes(first.instructions(), second.instructions()));
   EXPECT_FALSE(process_is_filtered());
+}
+
+// The daemon compiles into a sealed memfd; the launcher template reads only a program that can
+// no longer change.
+TEST(SeccompTest, CompiledProgramIsSealedAndReadBackExactly) {
+  const pando::UniqueFd compiled = compile_seccomp_program();
+  ASSERT_TRUE(compiled.valid());
+  const int seals = fcntl(compiled.get(), F_GET_SEALS);
+  EXPECT_EQ(seals & (F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL),
+            F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
+  EXPECT_LT(write(compiled.get(), "x", 1), 0) << "a sealed program accepted a write";
+  EXPECT_TRUE(same_bytes(read_seccomp_program(compiled.get()).instructions(),
+                         build_seccomp_program().instructions()));
+}
+
+TEST(SeccompTest, ReadRefusesAnUnsealedOrMisshapenProgram) {
+  const SeccompProgram program = build_seccomp_program();
+  const auto& bytes = program.instructions();
+  auto memfd_with = [](const void* data, size_t size, unsigned seals) {
+    pando::UniqueFd fd(memfd_create("test-seccomp", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    EXPECT_TRUE(fd.valid());
+    EXPECT_EQ(write(fd.get(), data, size), static_cast<ssize_t>(size));
+    if (seals != 0) {
+      EXPECT_EQ(fcntl(fd.get(), F_ADD_SEALS, seals), 0);
+    }
+    return fd;
+  };
+  const unsigned sealed = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
+  const size_t size = bytes.size() * sizeof(sock_filter);
+  auto refused = [](int fd) {
+    try {
+      read_seccomp_program(fd);
+    } catch (const SetupError& e) {
+      return e.code() == pando::helper::v1::ERROR_LAUNCH_FAILED;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused(memfd_with(bytes.data(), size, 0).get())) << "unsealed";
+  EXPECT_TRUE(refused(memfd_with(bytes.data(), size, F_SEAL_GROW | F_SEAL_SHRINK).get()))
+      << "still writable";
+  EXPECT_TRUE(refused(memfd_with(bytes.data(), size - 1, sealed).get()))
+      << "not whole instructions";
+  EXPECT_TRUE(refused(memfd_with(bytes.data(), 0, sealed).get())) << "empty";
+  EXPECT_FALSE(refused(memfd_with(bytes.data(), size, sealed).get()));
 }
 
 TEST(SeccompTest, ProgramBuiltBeforeForkDeniesAndAllowsInTheChild) {
