@@ -17,6 +17,7 @@
 #include <system_error>
 
 #include "common/fd_passing.h"
+#include "common/json_log.h"
 #include "daemon/sandbox/mounts.h"
 #include "daemon/sandbox/seccomp.h"
 
@@ -153,10 +154,13 @@ void LauncherTemplate::start() {
   }
 }
 
+// SIGKILL before closing its socket: on EOF the template would exit
+// normally, and a sanitizer build's exit-time work (LeakSanitizer starts a
+// tracer task) could then be cut short by the kill and leave that task behind.
 void LauncherTemplate::stop() noexcept {
-  control_.reset();
   if (pidfd_.valid()) kill_and_reap(pidfd_.get());
   pidfd_.reset();
+  control_.reset();
 }
 
 std::optional<StartedSandbox> LauncherTemplate::ask() {
@@ -205,6 +209,8 @@ StartedSandbox LauncherTemplate::start_sandbox() {
     if (auto started = ask()) return std::move(*started);
   }
   // Gone (killed, or a failed restart): once more with a fresh template.
+  log::warn("launcher_template_restarted",
+            {{"reason", std::string_view(control_.valid() ? "it exited" : "it was stopped")}});
   stop();
   start();
   if (auto started = ask()) return std::move(*started);

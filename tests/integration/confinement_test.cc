@@ -640,6 +640,7 @@ TEST_F(ConfinementTest, LauncherTemplateIsRestartedWhenItDies) {
   EXPECT_EQ(after.out.find("--template"), std::string::npos) << after.out;
   EXPECT_TRUE(eventually([&] { return kill(first, 0) != 0; }, 10s))
       << "the dead template was not reaped";
+  EXPECT_NE(daemon_->log().find("launcher_template_restarted"), std::string::npos);
   ASSERT_TRUE(eventually([&] { return templates().size() == 1; }, 10s))
       << describe(children_of(daemon_->pid()));
   EXPECT_NE(templates()[0], first);
