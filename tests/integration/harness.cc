@@ -270,6 +270,22 @@ std::string Daemon::log() const {
   return s.str();
 }
 
+std::string Daemon::log_with(const std::string& needle, size_t count,
+                             std::chrono::milliseconds timeout) const {
+  std::string text;
+  auto complete = [&] {
+    text = log();
+    size_t lines = 0;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line) && lines < count;) {
+      if (line.find(needle) != std::string::npos) ++lines;
+    }
+    return lines >= count;
+  };
+  eventually(complete, timeout);
+  return text;
+}
+
 int Daemon::stop(std::chrono::milliseconds timeout) {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);

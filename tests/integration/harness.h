@@ -78,6 +78,11 @@ class Daemon {
   const std::string& socket_path() const { return socket_; }
   pid_t pid() const { return pid_; }
   std::string log() const;  // the daemon's stderr (JSON lines) so far
+  // The log once `count` of its lines contain `needle`, or as it stands after `timeout`.
+  // For lines the daemon writes after it answered the client (session_ended comes after
+  // the Exit frame): reading log() as soon as the client exits races the daemon.
+  std::string log_with(const std::string& needle, size_t count = 1,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
   // Where test binaries (client, probe) are copied: visible inside sandboxes
   // as a read-only runtime path and reachable by the test users.
   const std::string& bin_dir() const { return bin_dir_; }

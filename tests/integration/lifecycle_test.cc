@@ -88,14 +88,16 @@ std::string session_id_of(const std::string& dir) {
   return fs::path(dir).filename().string().substr(std::string("session-").size());
 }
 
+// What the daemon's session_ended line for a session id contains (its first two keys).
+std::string session_ended_needle(const std::string& id) {
+  return R"("event":"security_helper_daemon_session_ended","session":")" + id + "\"";
+}
+
 // The daemon's session_ended line for a session id.
 std::optional<std::string> session_ended_line(const std::string& log, const std::string& id) {
   std::istringstream in(log);
   for (std::string line; std::getline(in, line);) {
-    if (line.find("\"event\":\"security_helper_daemon_session_ended\"") != std::string::npos &&
-        line.find("\"session\":\"" + id + "\"") != std::string::npos) {
-      return line;
-    }
+    if (line.find(session_ended_needle(id)) != std::string::npos) return line;
   }
   return std::nullopt;
 }
@@ -247,8 +249,9 @@ TEST_F(LifecycleTest, ForkBombStopsAtPidsMaxWhileOthersKeepWorking) {
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 9);
   EXPECT_NE(bomb->err().find("process limit (64 processes)"), std::string::npos) << bomb->err();
-  const auto ended = session_ended_line(daemon_->log(), session_id_of(pids));
-  ASSERT_TRUE(ended.has_value()) << daemon_->log();
+  const std::string log = daemon_->log_with(session_ended_needle(session_id_of(pids)));
+  const auto ended = session_ended_line(log, session_id_of(pids));
+  ASSERT_TRUE(ended.has_value()) << log;
   std::printf("bomb client stderr: %s%s\n", bomb->err().c_str(), ended->c_str());
   EXPECT_EQ(json_value(*ended, "reason"), "END_PIDS_LIMIT") << *ended;
   EXPECT_LE(json_u64(*ended, "pids_peak"), 64u) << *ended;
@@ -282,7 +285,7 @@ TEST_F(LifecycleTest, MemoryHogIsOomKilledInItsSessionOnly) {
   EXPECT_EQ(hog.out, "hog-start\n");
   EXPECT_NE(hog.err.find("memory limit 64 MiB reached"), std::string::npos) << hog.err;
 
-  const auto log = daemon_->log();
+  const auto log = daemon_->log_with("\"reason\":\"END_MEMORY_LIMIT\"");
   const auto ended_lines = lines_with(log, "\"reason\":\"END_MEMORY_LIMIT\"");
   ASSERT_EQ(ended_lines.size(), 1u) << log;
   std::printf("hog client stderr: %s%s\n", hog.err.c_str(), ended_lines[0].c_str());
@@ -333,8 +336,9 @@ TEST_F(LifecycleTest, CpuHogIsHeldNearItsQuota) {
   const int status = hog->wait(20s);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT);
-  const auto ended = session_ended_line(daemon_->log(), session_id_of(cpu));
-  ASSERT_TRUE(ended.has_value()) << daemon_->log();
+  const std::string log = daemon_->log_with(session_ended_needle(session_id_of(cpu)));
+  const auto ended = session_ended_line(log, session_id_of(cpu));
+  ASSERT_TRUE(ended.has_value()) << log;
   const uint64_t cpu_usec = json_u64(*ended, "cpu_usage_usec");
   const uint64_t duration_ms = json_u64(*ended, "duration_ms");
   EXPECT_GT(cpu_usec, 0u);
@@ -390,8 +394,9 @@ TEST_F(LifecycleTest, ThousandSessionsLeaveNothingBehind) {
     return out;
   };
   EXPECT_EQ(mine(host_mounts()), mine(mounts_before));
-  EXPECT_EQ(lines_with(daemon_->log(), "security_helper_daemon_session_ended").size(), 1005u);
-  EXPECT_TRUE(lines_with(daemon_->log(), "\"level\":\"error\"").empty());
+  const std::string log = daemon_->log_with("security_helper_daemon_session_ended", 1005);
+  EXPECT_EQ(lines_with(log, "security_helper_daemon_session_ended").size(), 1005u);
+  EXPECT_TRUE(lines_with(log, "\"level\":\"error\"").empty());
 }
 
 TEST_F(LifecycleTest, RestartedDaemonRemovesSessionsOfAKilledOne) {
@@ -519,8 +524,9 @@ TEST_F(LifecycleTest, SessionEndIsAccountedInTheLog) {
          "while [ $i -lt 20000 ]; do i=$((i+1)); done; echo done");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "done\n");
-  const auto ended = lines_with(daemon_->log(), "security_helper_daemon_session_ended");
-  ASSERT_EQ(ended.size(), 1u) << daemon_->log();
+  const std::string log = daemon_->log_with("security_helper_daemon_session_ended");
+  const auto ended = lines_with(log, "security_helper_daemon_session_ended");
+  ASSERT_EQ(ended.size(), 1u) << log;
   const std::string& line = ended[0];
   std::printf("%s\n", line.c_str());
   EXPECT_EQ(json_value(line, "reason"), "END_CHILD_EXITED") << line;
