@@ -21,6 +21,7 @@ using google::protobuf::Message;
 using google::protobuf::TextFormat;
 
 constexpr int kMaxRuntimePaths = 32;
+constexpr int kMaxReadOnlyPaths = 64;
 
 class CollectErrors : public google::protobuf::io::ErrorCollector {
  public:
@@ -106,6 +107,25 @@ void check_role(const Checker& checker, const std::string& name, RoleConfig* rol
   if (role->hidden_files().empty()) {
     role->add_hidden_files(".env");
     role->add_hidden_files(".env.*");
+  }
+  if (role->read_only_paths_size() > kMaxReadOnlyPaths) {
+    checker.fail({name, "read_only_paths"}, -1,
+                 "at most " + std::to_string(kMaxReadOnlyPaths) + " read-only paths");
+  }
+  for (int i = 0; i < role->read_only_paths_size(); ++i) {
+    const std::string& path = role->read_only_paths(i);
+    if (path.empty() || path.front() == '/' || !is_absolute_normalized("/" + path)) {
+      checker.fail({name, "read_only_paths"}, i,
+                   "must be a normalized path relative to the project (no '..', no leading '/')");
+    }
+  }
+  if (!role->has_project_scan_max_entries()) role->set_project_scan_max_entries(1000000);
+  if (!role->has_project_scan_max_depth()) role->set_project_scan_max_depth(64);
+  if (role->project_scan_max_entries() < 1) {
+    checker.fail({name, "project_scan_max_entries"}, -1, "must be at least 1");
+  }
+  if (role->project_scan_max_depth() < 1) {
+    checker.fail({name, "project_scan_max_depth"}, -1, "must be at least 1");
   }
   if (!role->has_locale()) role->set_locale("C.UTF-8");
   if (role->locale().find_first_of("\n\0=", 0, 3) != std::string::npos) {

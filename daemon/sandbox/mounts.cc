@@ -26,6 +26,8 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/sandbox/mount_api.h"
+#include "daemon/sandbox/project_exits.h"
 #include "daemon/sandbox/setup_error.h"
 
 namespace pando::sandbox {
@@ -38,160 +40,11 @@ using pando::helper::v1::ERROR_IDMAP_UNSUPPORTED;
 using pando::helper::v1::ERROR_LAUNCH_FAILED;
 
 constexpr char kHostName[] = "pando-sandbox";
-// Scratch entries of the new root's tmpfs that mask files and directories.
-// They are removed before pivot_root; the masks keep the inodes alive.
-constexpr char kMaskFile[] = ".pando-mask-file";
-constexpr char kMaskDir[] = ".pando-mask-dir";
-// Bounds of the hidden-file scan (breadth first, so shallow files are found
-// first when a huge tree exhausts the budget).
-constexpr int kHiddenScanMaxDepth = 8;
-constexpr long kHiddenScanMaxEntries = 100000;
 constexpr off_t kMaxCopiedFileSize = 16 << 20;
 
 [[noreturn]] void fail(const std::string& message) {
   throw SetupError(ERROR_LAUNCH_FAILED, message);
 }
-
-// --- paths ----------------------------------------------------------------
-
-std::vector<std::string> split_absolute(const std::string& path, const std::string& what) {
-  if (path.empty() || path[0] != '/') fail(what + " is not an absolute path: " + path);
-  std::vector<std::string> parts;
-  if (path == "/") return parts;
-  std::size_t pos = 1;
-  while (pos <= path.size()) {
-    std::size_t next = path.find('/', pos);
-    if (next == std::string::npos) next = path.size();
-    std::string part = path.substr(pos, next - pos);
-    if (part.empty() || part == "." || part == ".." || part.find('\0') != std::string::npos) {
-      fail(what + " is not a normalized path: " + path);
-    }
-    parts.push_back(std::move(part));
-    pos = next + 1;
-  }
-  return parts;
-}
-
-// Runs fs operations with the fs credentials of `uid`/`gid` (no DAC override
-// unless 0), restoring root's on scope exit. The launcher is single-threaded.
-class FsCredentials {
- public:
-  FsCredentials(uid_t uid, gid_t gid) {
-    setfsgid(gid);
-    setfsuid(uid);
-    if (static_cast<uid_t>(setfsuid(static_cast<uid_t>(-1))) != uid ||
-        static_cast<gid_t>(setfsgid(static_cast<gid_t>(-1))) != gid) {
-      restore();
-      fail("setfsuid/setfsgid to " + std::to_string(uid) + " failed");
-    }
-  }
-  ~FsCredentials() { restore(); }
-  FsCredentials(const FsCredentials&) = delete;
-  FsCredentials& operator=(const FsCredentials&) = delete;
-
- private:
-  static void restore() {
-    setfsuid(0);
-    setfsgid(0);
-  }
-};
-
-// Opens the directory `parts` below `root_fd`, one component at a time and
-// never following a symlink (ENOTDIR/ELOOP on one). Mounts are crossed. With
-// `create`, a missing directory is made with the fs credentials of its
-// parent's owner as seen through its mount, so on an idmapped caller mount it
-// lands owned by the caller and root's DAC override is never lent.
-UniqueFd open_dir_beneath(int root_fd, const std::vector<std::string>& parts, bool create,
-                          const std::string& what) {
-  UniqueFd dir(fcntl(root_fd, F_DUPFD_CLOEXEC, 0));
-  if (!dir.valid()) throw_errno("dup for " + what);
-  for (const std::string& part : parts) {
-    int next = openat(dir.get(), part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (next < 0 && errno == ENOENT && create) {
-      struct stat parent {};
-      if (fstat(dir.get(), &parent) != 0) throw_errno("fstat parent of " + what);
-      {
-        FsCredentials creds(parent.st_uid, parent.st_gid);
-        if (mkdirat(dir.get(), part.c_str(), parent.st_uid == 0 ? 0755 : 0700) != 0 &&
-            errno != EEXIST) {
-          throw_errno("mkdir " + part + " for " + what);
-        }
-      }
-      next = openat(dir.get(), part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    }
-    if (next < 0) {
-      if (errno == ENOTDIR || errno == ELOOP) {
-        fail(what + ": component " + part + " is not a directory (symlinks are not followed)");
-      }
-      throw_errno("open " + part + " for " + what);
-    }
-    dir.reset(next);
-  }
-  return dir;
-}
-
-// --- mount primitives -----------------------------------------------------
-
-struct Option {
-  const char* key;
-  const char* value;  // nullptr: a flag
-};
-
-UniqueFd new_filesystem(const char* type, const std::vector<Option>& options, unsigned attrs) {
-  UniqueFd context(fsopen(type, FSOPEN_CLOEXEC));
-  if (!context.valid()) throw_errno(std::string("fsopen ") + type);
-  for (const Option& option : options) {
-    const unsigned cmd = option.value == nullptr ? FSCONFIG_SET_FLAG : FSCONFIG_SET_STRING;
-    if (fsconfig(context.get(), cmd, option.key, option.value, 0) != 0) {
-      throw_errno(std::string("fsconfig ") + type + " " + option.key);
-    }
-  }
-  if (fsconfig(context.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
-    throw_errno(std::string("create ") + type);
-  }
-  UniqueFd mount_fd(fsmount(context.get(), FSMOUNT_CLOEXEC, attrs));
-  if (!mount_fd.valid()) throw_errno(std::string("fsmount ") + type);
-  return mount_fd;
-}
-
-void set_mount_attrs(int mount_fd, std::uint64_t attrs, bool recursive, const std::string& what) {
-  mount_attr attr{};
-  attr.attr_set = attrs;
-  const unsigned flags = AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0);
-  if (mount_setattr(mount_fd, "", flags, &attr, sizeof(attr)) != 0) {
-    throw_errno("mount_setattr " + what);
-  }
-}
-
-// Checks the flags the kernel reports for the mount `fd` lives on.
-void verify_mount_flags(int fd, unsigned long want, const std::string& what) {
-  struct statvfs st {};
-  if (fstatvfs(fd, &st) != 0) throw_errno("fstatvfs " + what);
-  if ((st.f_flag & want) != want) {
-    fail(what + ": mount flags did not take (have 0x" + std::to_string(st.f_flag) + ")");
-  }
-}
-
-void attach(int mount_fd, int target_fd, const std::string& what) {
-  if (move_mount(mount_fd, "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) !=
-      0) {
-    throw_errno("move_mount " + what);
-  }
-}
-
-// Root-owned host locations (system dirs, configured runtime paths) only.
-UniqueFd clone_host_tree(int dir_fd, const char* path, bool recursive, const std::string& what) {
-  const unsigned flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0);
-  UniqueFd tree(open_tree(dir_fd, path, flags));
-  if (!tree.valid()) {
-    if (errno == ENOENT) fail(what + " does not exist on the host");
-    throw_errno("open_tree " + what);
-  }
-  return tree;
-}
-
-constexpr std::uint64_t kReadOnlyAttrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-constexpr unsigned long kReadOnlyFlags = ST_RDONLY | ST_NOSUID | ST_NODEV;
 
 // Binds a root-owned host path read-only, nosuid, nodev (with its submounts)
 // onto the directory `target_fd`, and verifies the flags.
@@ -498,16 +351,6 @@ void populate_dev(int root_fd) {
   verify_mount_flags(dev, ST_RDONLY | ST_NOSUID | ST_NOEXEC, "/dev");
 }
 
-// Mounts a read-only clone of the root's mask file or directory over the
-// entry `target_fd` (an O_PATH fd, so a swapped path cannot redirect it).
-void mask_with(int root_fd, const char* mask, int target_fd, const std::string& what) {
-  UniqueFd clone(open_tree(root_fd, mask, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
-  if (!clone.valid()) throw_errno("open_tree mask for " + what);
-  set_mount_attrs(clone.get(), kReadOnlyAttrs | MOUNT_ATTR_NOEXEC, false, "mask " + what);
-  attach(clone.get(), target_fd, "mask " + what);
-  verify_mount_flags(clone.get(), kReadOnlyFlags | ST_NOEXEC, "mask " + what);
-}
-
 void populate_proc(int root_fd, int proc_fd) {
   UniqueFd target = open_dir_beneath(root_fd, {"proc"}, true, "/proc");
   attach(proc_fd, target.get(), "/proc");
@@ -593,70 +436,6 @@ void populate_runtime_paths(const SandboxPlan& plan, const std::vector<UniqueFd>
     set_mount_attrs(tree.get(), kReadOnlyAttrs, true, "runtime path " + path);
     attach(tree.get(), target.get(), "runtime path " + path);
     verify_mount_flags(tree.get(), kReadOnlyFlags, "runtime path " + path);
-  }
-}
-
-bool is_hidden_name(const char* name, const std::vector<std::string>& patterns) {
-  for (const std::string& pattern : patterns) {
-    if (fnmatch(pattern.c_str(), name, 0) == 0) return true;
-  }
-  return false;
-}
-
-// Masks regular files whose names match the hidden patterns, scanning the
-// project as mounted in the new view (so the sandbox dir is included) with the
-// role's fs credentials, breadth first, never following a symlink, skipping
-// .git and node_modules, at most kHiddenScanMaxDepth levels and
-// kHiddenScanMaxEntries entries. Files created later are not hidden.
-void hide_files(const SandboxPlan& plan, int root_fd, int project_fd) {
-  std::vector<std::string> patterns(plan.hidden_files().begin(), plan.hidden_files().end());
-  if (patterns.empty()) patterns = {".env", ".env.*"};
-  FsCredentials creds(plan.ids().role_uid(), plan.ids().role_gid());
-  std::deque<std::pair<std::string, int>> queue{{".", 1}};
-  long entries = 0;
-  while (!queue.empty() && entries < kHiddenScanMaxEntries) {
-    auto [relative, depth] = std::move(queue.front());
-    queue.pop_front();
-    open_how how{};
-    how.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    const long fd = syscall(SYS_openat2, project_fd, relative.c_str(), &how, sizeof(how));
-    if (fd < 0) continue;  // unreadable by the role, or changed under us: nothing to mask
-    DIR* listing = fdopendir(static_cast<int>(fd));
-    if (listing == nullptr) {
-      close(static_cast<int>(fd));
-      throw_errno("fdopendir in hidden-file scan");
-    }
-    while (dirent* entry = readdir(listing)) {
-      const char* name = entry->d_name;
-      if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0) continue;
-      if (++entries > kHiddenScanMaxEntries) break;
-      unsigned char type = entry->d_type;
-      if (type == DT_UNKNOWN) {
-        struct stat st {};
-        if (fstatat(dirfd(listing), name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
-      }
-      if (type == DT_DIR) {
-        if (depth < kHiddenScanMaxDepth && std::strcmp(name, ".git") != 0 &&
-            std::strcmp(name, "node_modules") != 0) {
-          queue.emplace_back(relative + "/" + name, depth + 1);
-        }
-        continue;
-      }
-      if (type != DT_REG || !is_hidden_name(name, patterns)) continue;
-      UniqueFd target(openat(dirfd(listing), name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
-      if (!target.valid()) continue;
-      struct stat st {};
-      if (fstat(target.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      try {
-        mask_with(root_fd, kMaskFile, target.get(), "hidden file " + relative + "/" + name);
-      } catch (...) {
-        closedir(listing);
-        throw;
-      }
-    }
-    closedir(listing);
   }
 }
 
@@ -816,7 +595,7 @@ void complete_filesystem_view(BaseView& base, const SandboxPlan& plan, PlanTrees
     UniqueFd target = open_dir_beneath(root, parts, true, "auth home");
     attach_caller_tree(caller.auth_home, role_uid, false, target.get(), plan.auth_home_target());
   }
-  hide_files(plan, root, caller.project.get());
+  guard_project_exits(plan, root, caller.project.get());
 
   pivot_into(root);
 }

@@ -36,6 +36,30 @@ TEST(Config, DefaultsAreFilledIn) {
   EXPECT_EQ(config.workspace().locale(), "C.UTF-8");
   EXPECT_EQ(config.cgroups().parent(), "pando-helper");
   EXPECT_EQ(config.prestarted_sandboxes(), 2u);
+  EXPECT_EQ(config.workspace().read_only_paths_size(), 0);
+  EXPECT_EQ(config.workspace().project_scan_max_entries(), 1000000u);
+  EXPECT_EQ(config.workspace().project_scan_max_depth(), 64u);
+}
+
+TEST(Config, ReadOnlyPathsAreNormalizedAndRelative) {
+  auto with = [](const std::string& path) {
+    return error_of(
+        "core { user: \"c\" argv: \"/bin/sh\" }\n"
+        "workspace { user: \"w\" argv: \"/bin/sh\" read_only_paths: \".vscode\"\n"
+        "  read_only_paths: \"" +
+        path + "\" }\n");
+  };
+  EXPECT_EQ(with(".github/workflows"), "");
+  for (const char* bad : {"/etc", "../x", "a/../b", "a//b", "a/", ".", ""}) {
+    const std::string error = with(bad);
+    EXPECT_NE(error.find("test.conf:3: workspace.read_only_paths[1]"), std::string::npos)
+        << bad << ": " << error;
+  }
+  const std::string zero = error_of(
+      "core { user: \"c\" argv: \"/bin/sh\" }\n"
+      "workspace { user: \"w\" argv: \"/bin/sh\" project_scan_max_entries: 0 }\n");
+  EXPECT_NE(zero.find("workspace.project_scan_max_entries: must be at least 1"), std::string::npos)
+      << zero;
 }
 
 TEST(Config, SyntaxErrorNamesLineAndColumn) {

@@ -146,6 +146,10 @@ class TempProject {
     plan.set_sandbox_home(sandbox_dir);
     plan.set_has_auth_home(true);
     plan.set_auth_home_target(sandbox_dir + "/home/.pando-ai");
+    plan.add_hidden_files(".env");
+    plan.add_hidden_files(".env.*");
+    plan.set_project_scan_max_entries(1000);
+    plan.set_project_scan_max_depth(16);
     return plan;
   }
 
