@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "daemon/sandbox/git_config.h"
 #include "daemon/sandbox/mount_api.h"
 #include "daemon/sandbox/setup_error.h"
 
@@ -36,12 +37,23 @@ constexpr size_t kMaxPointerFileSize = 4096;
 // Submodule names may contain '/': modules/a/b/ is the git dir of "a/b".
 constexpr int kMaxModuleNesting = 8;
 
-// What git reads from a git dir and obeys or runs. A missing file or
-// directory of these is created (empty, as the caller) so that it can be
-// pinned: git treats an empty config, config.worktree, hooks/ or info/ like
-// a missing one. commondir cannot be made up (git refuses an empty one).
-constexpr const char* kGitFiles[] = {"config", "config.worktree"};
-constexpr const char* kGitDirs[] = {"hooks", "info"};
+// Config files git includes from one another.
+constexpr int kMaxIncludeDepth = 4;
+constexpr size_t kMaxConfigSize = 1 << 20;
+
+// What git reads from a git dir and obeys or runs. A missing one is created
+// as the caller so that it can be pinned, with content git treats like a
+// missing file: empty config, config.worktree, hooks/ and info/, and a
+// commondir of "." (the git dir itself; git refuses an empty one).
+struct GitMetadata {
+  const char* name;
+  bool directory;
+  const char* content;
+};
+constexpr GitMetadata kGitMetadata[] = {
+    {"config", false, ""}, {"config.worktree", false, ""}, {"hooks", true, ""},
+    {"info", true, ""},    {"commondir", false, ".\n"},
+};
 
 std::string join(const std::string& dir, const std::string& name) {
   return dir.empty() ? name : dir + "/" + name;
@@ -76,13 +88,15 @@ class ProjectGuard {
   bool is_hidden_name(const char* name) const;
 
   bool pin(const std::string& relative, bool read_only);
-  void pin_with_parents(const std::string& relative, bool read_only);
+  bool pin_with_parents(const std::string& relative, bool read_only);
   void protect_git_entry(const std::string& relative);
-  void protect_git_dir(const std::string& relative);
+  void protect_git_dir(const std::string& relative, const std::string& worktree);
   void protect_module_dirs(const std::string& relative, int nesting);
-  void follow_pointer(const std::string& file, const std::string& base);
-  void ensure_exists(const std::string& git_dir, const char* name, bool directory);
-  std::string read_pointer(const std::string& relative) const;
+  void protect_config_targets(const std::string& config, const std::string& worktree, int depth);
+  void follow_pointer(const std::string& file, const std::string& base,
+                      const std::string& worktree);
+  void create_missing(const std::string& relative, bool directory, const char* content);
+  std::string read_small_file(const std::string& relative, size_t limit) const;
 
   const SandboxPlan& plan_;
   const int root_fd_;
@@ -209,29 +223,32 @@ bool ProjectGuard::pin(const std::string& relative, bool read_only) {
 
 // A directory that only contains mount points can still be renamed away:
 // every directory above a protected path becomes a mount point too.
-void ProjectGuard::pin_with_parents(const std::string& relative, bool read_only) {
+bool ProjectGuard::pin_with_parents(const std::string& relative, bool read_only) {
   for (size_t slash = relative.find('/'); slash != std::string::npos;
        slash = relative.find('/', slash + 1)) {
     pin(relative.substr(0, slash), false);
   }
-  pin(relative, read_only);
+  return pin(relative, read_only);
 }
 
-std::string ProjectGuard::read_pointer(const std::string& relative) const {
+std::string ProjectGuard::read_small_file(const std::string& relative, size_t limit) const {
   UniqueFd fd = open_beneath(project_fd_, relative, O_RDONLY);
   if (!fd.valid()) throw_errno("open " + shown(relative));
-  std::string text(kMaxPointerFileSize + 1, '\0');
-  const ssize_t n = read(fd.get(), text.data(), text.size());
-  if (n < 0) throw_errno("read " + shown(relative));
-  if (static_cast<size_t>(n) > kMaxPointerFileSize) unsupported(relative, "too long for a path");
-  text.resize(static_cast<size_t>(n));
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  return text;
+  std::string text;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = read(fd.get(), buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno("read " + shown(relative));
+    if (n == 0) return text;
+    text.append(buffer, static_cast<size_t>(n));
+    if (text.size() > limit) unsupported(relative, "larger than git metadata should be");
+  }
 }
 
-// `pointer` names a git dir relative to the project directory `base` or as an
-// absolute path. Returns the project-relative path, or nullopt-like "" with
-// `inside` false when it lies outside the project (not in the view at all).
+// `pointer` names a path relative to the project directory `base`, or an
+// absolute one. Returns whether it lies inside the project (below its root)
+// and its normalized project-relative path.
 std::pair<bool, std::string> resolve_in_project(const std::string& project_root,
                                                 const std::string& base,
                                                 const std::string& pointer) {
@@ -261,53 +278,105 @@ std::pair<bool, std::string> resolve_in_project(const std::string& project_root,
   return {!relative.empty(), relative};
 }
 
-void ProjectGuard::follow_pointer(const std::string& file, const std::string& base) {
-  std::string pointer = read_pointer(file);
-  if (file.size() >= 4 && file.compare(file.size() - 4, 4, ".git") == 0) {
+std::string parent_of(const std::string& relative) {
+  const size_t slash = relative.rfind('/');
+  return slash == std::string::npos ? "" : relative.substr(0, slash);
+}
+
+// A .git file ("gitdir: <path>") or a commondir file ("<path>"): the git dir
+// it names is protected when it is inside the project; outside, it is not in
+// the view at all.
+void ProjectGuard::follow_pointer(const std::string& file, const std::string& base,
+                                  const std::string& worktree) {
+  std::string pointer = read_small_file(file, kMaxPointerFileSize);
+  while (!pointer.empty() && (pointer.back() == '\n' || pointer.back() == '\r')) {
+    pointer.pop_back();
+  }
+  if (file == ".git" || (file.size() > 5 && file.compare(file.size() - 5, 5, "/.git") == 0)) {
     if (pointer.rfind("gitdir: ", 0) != 0) return;  // git refuses such a file too
     pointer.erase(0, std::strlen("gitdir: "));
   }
   const auto [inside, git_dir] = resolve_in_project(plan_.project_root(), base, pointer);
-  if (!inside) return;  // outside the project: not in the view, so not writable
+  if (!inside) return;
   struct stat st {};
   UniqueFd fd = open_beneath(project_fd_, git_dir, O_PATH);
   if (!fd.valid() || fstat(fd.get(), &st) != 0 || !S_ISDIR(st.st_mode)) return;
-  protect_git_dir(git_dir);
+  protect_git_dir(git_dir, worktree);
 }
 
-void ProjectGuard::ensure_exists(const std::string& git_dir, const char* name, bool directory) {
-  UniqueFd dir = open_beneath(project_fd_, git_dir, O_PATH | O_DIRECTORY);
-  if (!dir.valid()) throw_errno("open " + shown(git_dir));
-  // As the role through the idmapped mount: it lands owned by the caller.
-  // Where the role may not create it either (not its directory), it stays missing.
+// Creates `relative` and the directories above it that are missing, as the
+// role through the idmapped mount, so they land owned by the caller. Where the
+// role may not create it either (not its directory), it stays missing.
+void ProjectGuard::create_missing(const std::string& relative, bool directory,
+                                  const char* content) {
   FsCredentials creds(plan_.ids().role_uid(), plan_.ids().role_gid());
-  const bool made =
-      directory ? mkdirat(dir.get(), name, 0755) == 0
-                : UniqueFd(openat(dir.get(), name,
-                                  O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644))
-                      .valid();
-  if (!made && errno != EEXIST && errno != EACCES && errno != EPERM) {
-    throw_errno("create " + shown(join(git_dir, name)));
+  for (size_t end = relative.find('/');; end = relative.find('/', end + 1)) {
+    const bool last = end == std::string::npos;
+    const std::string path = last ? relative : relative.substr(0, end);
+    UniqueFd parent = open_beneath(project_fd_, parent_of(path), O_PATH | O_DIRECTORY);
+    if (!parent.valid()) return;
+    const std::string name = path.substr(path.rfind('/') + 1);
+    if (!last || directory) {
+      if (mkdirat(parent.get(), name.c_str(), 0755) != 0 && errno != EEXIST) return;
+    } else {
+      UniqueFd file(openat(parent.get(), name.c_str(),
+                           O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+      if (!file.valid()) return;
+      const size_t size = std::strlen(content);
+      if (write(file.get(), content, size) != static_cast<ssize_t>(size)) {
+        throw_errno("write " + shown(path));
+      }
+    }
+    if (last) return;
   }
 }
 
-void ProjectGuard::protect_git_dir(const std::string& relative) {
+// `worktree` is the working tree the git dir belongs to, where a relative
+// core.hooksPath is resolved (the git dir itself when not known).
+void ProjectGuard::protect_git_dir(const std::string& relative, const std::string& worktree) {
   if (!git_dirs_.insert(relative).second) return;
   if (git_dirs_.size() > kMaxGitDirs) {
     incomplete(relative, "more than " + std::to_string(kMaxGitDirs) + " git repositories", nullptr);
   }
   pin_with_parents(relative, false);
-  for (const char* name : kGitFiles) {
-    ensure_exists(relative, name, false);
-    pin(join(relative, name), true);
+  for (const GitMetadata& entry : kGitMetadata) {
+    const std::string path = join(relative, entry.name);
+    create_missing(path, entry.directory, entry.content);
+    pin(path, true);
   }
-  for (const char* name : kGitDirs) {
-    ensure_exists(relative, name, true);
-    pin(join(relative, name), true);
+  if (pinned_.count(join(relative, "commondir")) != 0) {
+    follow_pointer(join(relative, "commondir"), relative, worktree);
   }
-  if (pin(join(relative, "commondir"), true)) follow_pointer(join(relative, "commondir"), relative);
+  for (const char* config : {"config", "config.worktree"}) {
+    if (pinned_.count(join(relative, config)) != 0) {
+      protect_config_targets(join(relative, config), worktree, 0);
+    }
+  }
   protect_module_dirs(join(relative, "modules"), 0);
   protect_module_dirs(join(relative, "worktrees"), kMaxModuleNesting - 1);
+}
+
+// What a (pinned) config file makes git run or read from elsewhere: hooks
+// directories and included config files inside the project are pinned too,
+// created first when missing (the role could otherwise create them).
+void ProjectGuard::protect_config_targets(const std::string& config, const std::string& worktree,
+                                          int depth) {
+  const GitConfigPaths paths = git_config_paths(read_small_file(config, kMaxConfigSize));
+  for (const std::string& hooks : paths.hooks_paths) {
+    const auto [inside, target] = resolve_in_project(plan_.project_root(), worktree, hooks);
+    if (!inside || hooks.rfind('~', 0) == 0) continue;
+    create_missing(target, true, "");
+    pin_with_parents(target, true);
+  }
+  for (const std::string& include : paths.include_paths) {
+    const auto [inside, target] =
+        resolve_in_project(plan_.project_root(), parent_of(config), include);
+    if (!inside || include.rfind('~', 0) == 0) continue;
+    create_missing(target, false, "");
+    if (pin_with_parents(target, true) && depth + 1 < kMaxIncludeDepth) {
+      protect_config_targets(target, worktree, depth + 1);
+    }
+  }
 }
 
 // Every git dir below modules/ (submodules, possibly with '/' in their names)
@@ -331,7 +400,7 @@ void ProjectGuard::protect_module_dirs(const std::string& relative, int nesting)
     struct stat st {};
     UniqueFd head = open_beneath(project_fd_, join(child, "HEAD"), O_PATH);
     if (head.valid() && fstat(head.get(), &st) == 0) {
-      protect_git_dir(child);
+      protect_git_dir(child, child);
     } else if (nesting + 1 < kMaxModuleNesting) {
       protect_module_dirs(child, nesting + 1);
     }
@@ -344,12 +413,12 @@ void ProjectGuard::protect_git_entry(const std::string& relative) {
   if (!fd.valid() || fstat(fd.get(), &st) != 0) {
     unsupported(relative, std::string("it changed during the launch: ") + strerror(errno));
   }
+  const std::string worktree = parent_of(relative);
   if (S_ISDIR(st.st_mode)) {
-    protect_git_dir(relative);
+    protect_git_dir(relative, worktree);
   } else if (S_ISREG(st.st_mode)) {
     pin_with_parents(relative, true);
-    const size_t slash = relative.rfind('/');
-    follow_pointer(relative, slash == std::string::npos ? "" : relative.substr(0, slash));
+    follow_pointer(relative, worktree, worktree);
   } else {
     unsupported(relative, "git follows it, but it is neither a directory nor a regular file");
   }
@@ -374,7 +443,7 @@ void ProjectGuard::pin_protected_paths() {
   if (!has_top_level_git) {
     // Without it the role could create a repository that the caller's shell
     // prompt would run git in. Git skips an empty .git directory.
-    ensure_exists("", ".git", true);
+    create_missing(".git", true, "");
     pin(".git", true);
   }
 }

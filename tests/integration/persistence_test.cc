@@ -129,6 +129,38 @@ TEST_F(PersistenceTest, GitMetadataCannotBeChangedRenamedOrReplaced) {
   EXPECT_TRUE(names_in(project_ + "/.git/hooks").empty());
 }
 
+TEST_F(PersistenceTest, HooksPathsIncludesAndCommondirArePinned) {
+  ASSERT_NO_FATAL_FAILURE(make_repository());
+  // husky's layout (.husky/_ missing until its install step), an include that does not exist
+  // yet, and a conditional include that does.
+  ASSERT_EQ(host_git({"config", "core.hooksPath", ".husky/_"}).exit_code, 0);
+  ASSERT_EQ(host_git({"config", "include.path", "../team.gitconfig"}).exit_code, 0);
+  ASSERT_EQ(host_git({"config", "includeIf.onbranch:master.path", "../cfg/local.inc"}).exit_code,
+            0);
+  daemon_->dir().make_dir("proj/cfg", caller());
+  daemon_->dir().write_file("proj/cfg/local.inc", "[user]\n\tname = caller\n", caller());
+  const RunResult r =
+      sh(std::string(kCheck) +
+         "t husky sh -c 'mkdir -p .husky/_ && printf \"#!/bin/sh\\ntouch $M/husky\\n\" > "
+         ".husky/_/pre-commit && chmod +x .husky/_/pre-commit'; "
+         "t rename-husky mv .husky h2; "
+         "t team sh -c 'printf \"[core]\\n\\tfsmonitor = touch $M/team\\n\" >> team.gitconfig'; "
+         "t local-inc sh -c 'printf \"[core]\\n\\tfsmonitor = touch $M/inc\\n\" >> cfg/local.inc'; "
+         "t commondir sh -c 'mkdir -p evil && echo ../evil > .git/commondir'; "
+         "t commit git -c user.name=r -c user.email=r@r commit -q --allow-empty -m inside");
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out, "husky no\nrename-husky no\nteam no\nlocal-inc no\ncommondir no\ncommit yes\n");
+  EXPECT_EQ(host_git({"status", "--porcelain"}).exit_code, 0);
+  const RunResult commit = host_git({"commit", "-q", "--allow-empty", "-m", "after"});
+  EXPECT_EQ(commit.exit_code, 0) << commit.err;
+  expect_no_marks();
+  // What the launcher made so that the role could not: empty, and git's meaning unchanged.
+  EXPECT_EQ(read_file(project_ + "/.git/commondir"), ".\n");
+  EXPECT_EQ(read_file(project_ + "/team.gitconfig"), "");
+  EXPECT_TRUE(fs::is_directory(project_ + "/.husky/_"));
+  EXPECT_EQ(host_git({"log", "--format=%s"}).out, "after\ninside\nfirst\n");
+}
+
 TEST_F(PersistenceTest, OrdinaryGitWorkStillWorks) {
   ASSERT_NO_FATAL_FAILURE(make_repository());
   const RunResult r =
