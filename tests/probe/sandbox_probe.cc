@@ -17,6 +17,8 @@
 //                                set-group-ID and plain modes through every call that takes
 //                                a mode: "<call>-<setuid|setgid|plain> <result>", the target
 //                                being DIR/<call>-<variant>; then openat2 on DIR
+//   mkfifo PATH                  makes a FIFO at PATH
+//   bind-unix PATH               binds a Unix stream socket to PATH
 //
 // denied-syscalls passes arguments the kernel itself rejects (EINVAL, EFAULT, EBADF...), so
 // without the filter nothing happens to the host even when run as root, and a test can tell
@@ -395,6 +397,33 @@ int set_id(const std::string& dir) {
   return 0;
 }
 
+int make_fifo(const char* path) {
+  errno = 0;
+  const int ret = mkfifo(path, 0644);
+  report("mkfifo", ret, errno);
+  return ret == 0 ? 0 : 1;
+}
+
+int bind_unix(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    report("bind-unix", -1, ENAMETOOLONG);
+    return 1;
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    report("bind-unix", -1, errno);
+    return 1;
+  }
+  errno = 0;
+  const int ret = bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  report("bind-unix", ret, errno);
+  close(fd);
+  return ret == 0 ? 0 : 1;
+}
+
 int interfaces() {
   const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
@@ -439,10 +468,12 @@ int main(int argc, char** argv) {
   }
   if (command == "interfaces") return interfaces();
   if (command == "set-id" && argc == 3) return set_id(argv[2]);
+  if (command == "mkfifo" && argc == 3) return make_fifo(argv[2]);
+  if (command == "bind-unix" && argc == 3) return bind_unix(argv[2]);
   std::fprintf(stderr,
                "usage: %s denied-syscalls|int80|x32|status|fds|env|interfaces|"
                "setuid-exec PATH [ARGS...]|connect-tcp PORT|connect-unix PATH|"
-               "connect-abstract NAME|set-id DIR\n",
+               "connect-abstract NAME|set-id DIR|mkfifo PATH|bind-unix PATH\n",
                argv[0]);
   return 2;
 }
