@@ -46,6 +46,8 @@ constexpr uint64_t kFsWriteFile = LANDLOCK_ACCESS_FS_WRITE_FILE;
 constexpr uint64_t kFsReadFile = LANDLOCK_ACCESS_FS_READ_FILE;
 constexpr uint64_t kFsReadDir = LANDLOCK_ACCESS_FS_READ_DIR;
 constexpr uint64_t kFsMakeChar = LANDLOCK_ACCESS_FS_MAKE_CHAR;
+constexpr uint64_t kFsMakeSock = LANDLOCK_ACCESS_FS_MAKE_SOCK;
+constexpr uint64_t kFsMakeFifo = LANDLOCK_ACCESS_FS_MAKE_FIFO;
 constexpr uint64_t kFsMakeBlock = LANDLOCK_ACCESS_FS_MAKE_BLOCK;
 constexpr uint64_t kFsTruncate = LANDLOCK_ACCESS_FS_TRUNCATE;
 constexpr uint64_t kFsIoctlDev = LANDLOCK_ACCESS_FS_IOCTL_DEV;
@@ -70,6 +72,12 @@ constexpr uint64_t kFileOnlyRights =
 //   Terminal   READ_FILE WRITE_FILE READ_DIR IOCTL_DEV
 //   ReadWrite  every handled right except MAKE_CHAR MAKE_BLOCK IOCTL_DEV
 //              (no device nodes or device ioctls in writable trees)
+//   Project    ReadWrite except MAKE_FIFO MAKE_SOCK: what the role makes
+//              there is the caller's on the host, where a FIFO hangs the
+//              tools that open it and a socket is a channel into the sandbox
+//              for any process that connects. Rights add up along the tree,
+//              so the sandbox home below the project (its own rule) keeps
+//              both.
 //
 //   path                                   kind
 //   /usr /bin /sbin /lib /lib64 /lib32
@@ -78,15 +86,16 @@ constexpr uint64_t kFileOnlyRights =
 //   /dev/{null,zero,full,random,urandom}   Device
 //   /dev/tty /dev/ptmx /dev/pts            Terminal (no controlling tty after
 //                                          setsid; ptys the role opens itself)
-//   /dev/shm /tmp sandbox_home             ReadWrite
-//   auth_home_target (if has_auth_home)    ReadWrite
-//   project_root                           ReadWrite if project_writable,
+//   /dev/shm /tmp sandbox_home             ReadWrite (/tmp, /dev/shm and the
+//   auth_home_target (if has_auth_home)    auth home: Project where they hold
+//                                          a writable project)
+//   project_root                           Project if project_writable,
 //                                          else ReadExec
 //
 // Network (ABI >= 4): BIND_TCP and CONNECT_TCP handled with no rule, so every
 // TCP bind/connect is denied. Scopes (ABI >= 6): abstract unix sockets and
 // signals limited to the role's own Landlock domain.
-enum class Kind { kReadExec, kReadOnly, kDevice, kTerminal, kReadWrite };
+enum class Kind { kReadExec, kReadOnly, kDevice, kTerminal, kReadWrite, kProject };
 
 uint64_t rights_of(Kind kind, uint64_t handled_fs) {
   switch (kind) {
@@ -100,6 +109,8 @@ uint64_t rights_of(Kind kind, uint64_t handled_fs) {
       return kFsReadFile | kFsWriteFile | kFsReadDir | kFsIoctlDev;
     case Kind::kReadWrite:
       return handled_fs & ~(kFsMakeChar | kFsMakeBlock | kFsIoctlDev);
+    case Kind::kProject:
+      return rights_of(Kind::kReadWrite, handled_fs) & ~(kFsMakeFifo | kFsMakeSock);
   }
   return 0;
 }
@@ -165,6 +176,12 @@ int query_abi(int* error) {
     return 0;
   }
   return static_cast<int>(abi);
+}
+
+// Whether `path` is `tree` or below it; both absolute and normalized.
+bool holds(const std::string& tree, const std::string& path) {
+  return path.compare(0, tree.size(), tree) == 0 &&
+         (path.size() == tree.size() || path[tree.size()] == '/');
 }
 
 void add_path_rule(int ruleset, const std::string& path, Kind kind, uint64_t handled_fs) {
@@ -243,15 +260,24 @@ int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan) {
   UniqueFd ruleset(static_cast<int>(ruleset_fd));
 
   const uint64_t fs = attr.handled_access_fs;
-  for (const PathRule& rule : kSystemRules) add_path_rule(ruleset.get(), rule.path, rule.kind, fs);
+  // Rights add up along the path: a writable tree that holds the project (a project below
+  // /tmp) must not grant what the project itself may not have.
+  const auto writable = [&plan](const std::string& path) {
+    return plan.project_writable() && holds(path, plan.project_root()) ? Kind::kProject
+                                                                       : Kind::kReadWrite;
+  };
+  for (const PathRule& rule : kSystemRules) {
+    add_path_rule(ruleset.get(), rule.path,
+                  rule.kind == Kind::kReadWrite ? writable(rule.path) : rule.kind, fs);
+  }
   for (const std::string& path : plan.runtime_paths()) {
     add_path_rule(ruleset.get(), path, Kind::kReadExec, fs);
   }
   add_path_rule(ruleset.get(), plan.project_root(),
-                plan.project_writable() ? Kind::kReadWrite : Kind::kReadExec, fs);
+                plan.project_writable() ? Kind::kProject : Kind::kReadExec, fs);
   add_path_rule(ruleset.get(), plan.sandbox_home(), Kind::kReadWrite, fs);
   if (plan.has_auth_home()) {
-    add_path_rule(ruleset.get(), plan.auth_home_target(), Kind::kReadWrite, fs);
+    add_path_rule(ruleset.get(), plan.auth_home_target(), writable(plan.auth_home_target()), fs);
   }
 
   if (syscall(SYS_landlock_restrict_self, ruleset.get(), 0U) != 0) {

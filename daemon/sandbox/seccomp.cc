@@ -28,9 +28,13 @@
 #error "The seccomp policy is written for x86_64 only (syscall numbers, ABI checks)."
 #endif
 
-// Linux 6.15; Debian 12's kernel headers predate it.
+// Linux 6.15 and 6.6; Debian 12's kernel headers predate them. libseccomp adds a rule for a
+// number it does not know as is when the filter has only the native architecture.
 #ifndef __NR_open_tree_attr
 #define __NR_open_tree_attr 467
+#endif
+#ifndef __NR_fchmodat2
+#define __NR_fchmodat2 452
 #endif
 
 namespace pando::sandbox {
@@ -38,7 +42,7 @@ namespace {
 
 enum class Match {
   kAlways,
-  kArgHasAnyBit,  // (arg & value) != 0
+  kArgHasAnyBit,  // (arg & value) != 0: one rule per bit, each a masked compare on that bit
   kArgLow32Is,    // (arg & 0xffffffff) == value: the kernel reads the argument as 32 bits
   kArgNotEither,  // arg is neither value nor value2 (value < value2)
 };
@@ -74,6 +78,16 @@ struct Rule {
 // (0x80) is signal bit 7. Signals stop at 64, so keeping the bit denies no real program.
 constexpr uint64_t kCloneNewFlags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC |
                                     CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWTIME;
+
+// Files the workspace role makes in the project are the caller's on the host (idmapped mount),
+// where the sandbox's nosuid mount no longer covers them. The kernel reads a mode as 16 bits and
+// the bit test ignores the others.
+constexpr uint64_t kSetIdBits = S_ISUID | S_ISGID;
+constexpr When mode_has_set_id(unsigned arg) {
+  return arg_has_any_bit(arg, kSetIdBits, "mode has S_ISUID or S_ISGID");
+}
+constexpr const char* kSetIdReason =
+    "a set-id file in the project would run as the caller for any local user";
 
 #define SYSCALL(name) #name, __NR_##name
 
@@ -149,6 +163,22 @@ constexpr Rule kPolicy[] = {
     {SYSCALL(lookup_dcookie), EPERM, kAlways, "exposes kernel paths (gone since Linux 6.10)"},
     {SYSCALL(syslog), EPERM, kAlways, "reads and clears the kernel log"},
     {SYSCALL(vhangup), EPERM, kAlways, "hangs up the terminal"},
+
+    // Set-id files and directories (including a set-gid directory). open and openat are checked
+    // whatever the flags: libc passes mode 0 without O_CREAT or O_TMPFILE.
+    {SYSCALL(chmod), EPERM, mode_has_set_id(1), kSetIdReason},
+    {SYSCALL(fchmod), EPERM, mode_has_set_id(1), kSetIdReason},
+    {SYSCALL(fchmodat), EPERM, mode_has_set_id(2), kSetIdReason},
+    {SYSCALL(fchmodat2), EPERM, mode_has_set_id(2), kSetIdReason},
+    {SYSCALL(open), EPERM, mode_has_set_id(2), kSetIdReason},
+    {SYSCALL(openat), EPERM, mode_has_set_id(3), kSetIdReason},
+    {SYSCALL(creat), EPERM, mode_has_set_id(1), kSetIdReason},
+    {SYSCALL(mkdir), EPERM, mode_has_set_id(1), kSetIdReason},
+    {SYSCALL(mkdirat), EPERM, mode_has_set_id(2), kSetIdReason},
+    {SYSCALL(mknod), EPERM, mode_has_set_id(1), kSetIdReason},
+    {SYSCALL(mknodat), EPERM, mode_has_set_id(2), kSetIdReason},
+    {SYSCALL(openat2), ENOSYS, kAlways,
+     "its mode sits in memory seccomp cannot read; ENOSYS makes callers fall back to openat"},
 
     // Terminal input injection (bubblewrap CVE-2017-5226). The kernel reads the request as 32
     // bits, so the compare ignores the high half (flatpak CVE-2019-10063).

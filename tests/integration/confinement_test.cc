@@ -920,11 +920,12 @@ TEST_F(ConfinementTest, DeniedSyscallsFailWithTheDocumentedErrno) {
       ASSERT_NE(space, std::string::npos) << line;
       results[line.substr(0, space)] = line.substr(space + 1);
     }
-    // seccomp.cc: every table row fails with EPERM, clone3 with ENOSYS; allow-* must work.
+    // seccomp.cc: every table row fails with EPERM, clone3 and openat2 with ENOSYS; allow-*
+    // must work.
     for (const auto& [check, result] : results) {
-      const std::string want = check.rfind("allow-", 0) == 0 ? "ok"
-                               : check == "clone3"           ? "errno=ENOSYS"
-                                                             : "errno=EPERM";
+      const std::string want = check.rfind("allow-", 0) == 0             ? "ok"
+                               : check == "clone3" || check == "openat2" ? "errno=ENOSYS"
+                                                                         : "errno=EPERM";
       EXPECT_EQ(result, want) << check;
     }
     for (const char* check : {"ptrace",
@@ -951,6 +952,11 @@ TEST_F(ConfinementTest, DeniedSyscallsFailWithTheDocumentedErrno) {
                               "ioctl-tiocsti-high",
                               "ioctl-tioclinux-high",
                               "personality-linux32",
+                              "chmod-setuid",
+                              "fchmodat2-setgid",
+                              "openat-setuid-high",
+                              "mknodat-setgid",
+                              "openat2",
                               "allow-fork",
                               "allow-thread"}) {
       EXPECT_EQ(results.count(check), 1u) << "no probe line for " << check;

@@ -63,6 +63,27 @@ for forbidden in ProtectSystem ProtectHome PrivateTmp PrivateDevices PrivateMoun
 	if grep -qE "^$forbidden=" "$service"; then fail "$forbidden= must not be set (see the comment in the unit)"; fi
 done
 
+# RestrictSUIDSGID makes openat2 fail with ENOSYS, and the daemon resolves every
+# project with openat2; the sessions' own filter refuses set-id modes instead.
+if grep -qE '^RestrictSUIDSGID=' "$service"; then fail "RestrictSUIDSGID= must not be set (see the comment in the unit)"; fi
+
+# Sessions apply Landlock and seccomp themselves: the system call filter stays a
+# deny-list (an allow-list drops the Landlock calls unless it names them) that
+# names neither them nor a group holding them.
+filters=$(grep -E '^SystemCallFilter=' "$service" | cut -d= -f2-)
+[ -n "$filters" ] || fail "SystemCallFilter missing"
+while read -r filter; do
+	case "$filter" in
+	"~"*) ;;
+	*) fail "SystemCallFilter=$filter is an allow-list" ;;
+	esac
+	for word in ${filter#\~}; do
+		case "$word" in
+		@sandbox | @default | @known | landlock_* | seccomp) fail "SystemCallFilter denies $word, which sessions need" ;;
+		esac
+	done
+done <<<"$filters"
+
 # Every capability in the bounding set is explained in the comment above it.
 caps=$(prop CapabilityBoundingSet "$service")
 [ -n "$caps" ] || fail "CapabilityBoundingSet missing"

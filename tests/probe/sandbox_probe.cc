@@ -13,6 +13,12 @@
 //   connect-unix PATH            connects to the Unix stream socket at PATH
 //   connect-abstract NAME        connects to the abstract Unix stream socket NAME
 //   interfaces                   "<name> up|down" for every network interface
+//   set-id DIR                   makes files and directories in DIR with set-user-ID,
+//                                set-group-ID and plain modes through every call that takes
+//                                a mode: "<call>-<setuid|setgid|plain> <result>", the target
+//                                being DIR/<call>-<variant>; then openat2 on DIR
+//   mkfifo PATH                  makes a FIFO at PATH
+//   bind-unix PATH               binds a Unix stream socket to PATH
 //
 // denied-syscalls passes arguments the kernel itself rejects (EINVAL, EFAULT, EBADF...), so
 // without the filter nothing happens to the host even when run as root, and a test can tell
@@ -20,12 +26,15 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -46,6 +55,9 @@ namespace {
 
 #ifndef __NR_open_tree_attr
 #define __NR_open_tree_attr 467
+#endif
+#ifndef __NR_fchmodat2
+#define __NR_fchmodat2 452
 #endif
 
 constexpr long kBad = -1;  // an invalid fd, pointer, flags word and length all at once
@@ -136,6 +148,33 @@ int denied_syscalls() {
   try_syscall("lookup_dcookie", __NR_lookup_dcookie);
   try_syscall("syslog", __NR_syslog);
   try_vhangup();
+
+  // Set-id modes: paths and fds are invalid, so without the filter the kernel answers EFAULT or
+  // EBADF and makes nothing. The kernel reads 16 bits of a mode; the high half must not matter.
+  const struct {
+    std::string suffix;
+    long mode;
+  } set_id_modes[] = {
+      {"setuid", S_ISUID | 0755},
+      {"setgid", S_ISGID | 0755},
+      {"setuid-high", (long{1} << 32) | S_ISUID | 0755},
+  };
+  for (const auto& item : set_id_modes) {
+    const long mode = item.mode;
+    const auto check = [&item](const char* call) { return std::string(call) + "-" + item.suffix; };
+    try_syscall(check("chmod").c_str(), __NR_chmod, kBad, mode);
+    try_syscall(check("fchmod").c_str(), __NR_fchmod, kBad, mode);
+    try_syscall(check("fchmodat").c_str(), __NR_fchmodat, kBad, kBad, mode, 0);
+    try_syscall(check("fchmodat2").c_str(), __NR_fchmodat2, kBad, kBad, mode, 0);
+    try_syscall(check("open").c_str(), __NR_open, kBad, O_CREAT | O_WRONLY, mode);
+    try_syscall(check("openat").c_str(), __NR_openat, kBad, kBad, O_CREAT | O_WRONLY, mode);
+    try_syscall(check("creat").c_str(), __NR_creat, kBad, mode);
+    try_syscall(check("mkdir").c_str(), __NR_mkdir, kBad, mode);
+    try_syscall(check("mkdirat").c_str(), __NR_mkdirat, kBad, kBad, mode);
+    try_syscall(check("mknod").c_str(), __NR_mknod, kBad, S_IFREG | mode, 0);
+    try_syscall(check("mknodat").c_str(), __NR_mknodat, kBad, kBad, S_IFREG | mode, 0);
+  }
+  try_syscall("openat2", __NR_openat2);
 
   // A thread without CLONE_SIGHAND is invalid, so an unfiltered clone fails before forking.
   const struct {
@@ -279,6 +318,112 @@ int connect_unix(const char* check, const std::string& name, bool abstract) {
   return connect_to(check, AF_UNIX, reinterpret_cast<const sockaddr*>(&addr), length);
 }
 
+// Reports a call that may return a new fd, which it closes.
+void report_call(const std::string& check, long ret, int error) {
+  if (ret > 0) {
+    close(static_cast<int>(ret));
+    ret = 0;
+  }
+  report(check.c_str(), ret, error);
+}
+
+// Exit status 1 when the file to act on could not be made.
+int set_id(const std::string& dir) {
+  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    report("set-id-dir", -1, errno);
+    return 1;
+  }
+  const struct {
+    const char* suffix;
+    long bits;
+  } variants[] = {{"setuid", S_ISUID}, {"setgid", S_ISGID}, {"plain", 0}};
+  for (const auto& variant : variants) {
+    const long mode = variant.bits | 0755;
+    const auto name = [&variant](const char* call) {
+      return std::string(call) + "-" + variant.suffix;
+    };
+    const auto path = [&](const char* call) { return dir + "/" + name(call); };
+    const auto existing_file = [&](const char* call) {
+      const int fd = open(path(call).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd < 0) report(("make-" + name(call)).c_str(), -1, errno);
+      return fd;
+    };
+    const auto call = [&](const char* check, auto... args) {
+      errno = 0;
+      const long ret = syscall(args...);
+      report_call(name(check), ret, errno);
+    };
+
+    // Calls that change the mode of a file that exists.
+    int fd = existing_file("chmod");
+    if (fd < 0) return 1;
+    close(fd);
+    call("chmod", __NR_chmod, path("chmod").c_str(), mode);
+    fd = existing_file("fchmod");
+    if (fd < 0) return 1;
+    call("fchmod", __NR_fchmod, fd, mode);
+    close(fd);
+    fd = existing_file("fchmodat");
+    if (fd < 0) return 1;
+    close(fd);
+    call("fchmodat", __NR_fchmodat, dir_fd, name("fchmodat").c_str(), mode, 0);
+    fd = existing_file("fchmodat2");
+    if (fd < 0) return 1;
+    close(fd);
+    call("fchmodat2", __NR_fchmodat2, dir_fd, name("fchmodat2").c_str(), mode, 0);
+    if (mkdir(path("chmod-dir").c_str(), 0755) != 0) {
+      report(("make-" + name("chmod-dir")).c_str(), -1, errno);
+      return 1;
+    }
+    call("chmod-dir", __NR_chmod, path("chmod-dir").c_str(), mode);
+
+    // Calls that make a new file or directory with the mode.
+    call("open", __NR_open, path("open").c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    call("openat", __NR_openat, dir_fd, name("openat").c_str(),
+         O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    call("creat", __NR_creat, path("creat").c_str(), mode);
+    call("mkdir", __NR_mkdir, path("mkdir").c_str(), mode);
+    call("mkdirat", __NR_mkdirat, dir_fd, name("mkdirat").c_str(), mode);
+    call("mknod", __NR_mknod, path("mknod").c_str(), S_IFREG | mode, 0);
+    call("mknodat", __NR_mknodat, dir_fd, name("mknodat").c_str(), S_IFREG | mode, 0);
+  }
+  open_how how{};
+  how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+  errno = 0;
+  const long ret = syscall(__NR_openat2, dir_fd, ".", &how, sizeof(how));
+  report_call("openat2", ret, errno);
+  close(dir_fd);
+  return 0;
+}
+
+int make_fifo(const char* path) {
+  errno = 0;
+  const int ret = mkfifo(path, 0644);
+  report("mkfifo", ret, errno);
+  return ret == 0 ? 0 : 1;
+}
+
+int bind_unix(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    report("bind-unix", -1, ENAMETOOLONG);
+    return 1;
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    report("bind-unix", -1, errno);
+    return 1;
+  }
+  errno = 0;
+  const int ret = bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  report("bind-unix", ret, errno);
+  close(fd);
+  return ret == 0 ? 0 : 1;
+}
+
 int interfaces() {
   const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
@@ -322,10 +467,13 @@ int main(int argc, char** argv) {
     return connect_unix("connect-abstract", argv[2], true);
   }
   if (command == "interfaces") return interfaces();
+  if (command == "set-id" && argc == 3) return set_id(argv[2]);
+  if (command == "mkfifo" && argc == 3) return make_fifo(argv[2]);
+  if (command == "bind-unix" && argc == 3) return bind_unix(argv[2]);
   std::fprintf(stderr,
                "usage: %s denied-syscalls|int80|x32|status|fds|env|interfaces|"
                "setuid-exec PATH [ARGS...]|connect-tcp PORT|connect-unix PATH|"
-               "connect-abstract NAME\n",
+               "connect-abstract NAME|set-id DIR|mkfifo PATH|bind-unix PATH\n",
                argv[0]);
   return 2;
 }

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "daemon/sandbox/setup_error.h"
 #include "tests/unit/child_process.h"
@@ -106,11 +107,115 @@ TEST_F(LandlockTest, WorkspaceWritesOnlyInsideItsTrees) {
     const int truncating = open("/dev/null", O_WRONLY | O_TRUNC | O_CLOEXEC);
     if (truncating < 0) return child.FailErrno("/dev/null with O_TRUNC");
     close(truncating);
-    if (mknod((root_ + "/project/fifo").c_str(), S_IFIFO | 0644, 0) != 0) {
-      return child.FailErrno("mkfifo in project");
+    return 0;
+  });
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+}
+
+// Binds a Unix stream socket at `path`; the errno, 0 on success.
+int bind_errno(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) return ENAMETOOLONG;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  const int rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ? 0 : errno;
+  close(fd);
+  return rc;
+}
+
+int mkfifo_errno(const std::string& path) { return mkfifo(path.c_str(), 0644) == 0 ? 0 : errno; }
+
+// A FIFO left in the project hangs host tools that open it, and a socket bound there is a channel
+// from the sandbox to any host process that connects. The sandbox home sits inside the project
+// on disk, as in the real layout, and its own rule grants both again; so do /tmp and /dev/shm.
+TEST_F(LandlockTest, WorkspaceMakesNoFifoOrSocketInTheProject) {
+  const std::string project = root_ + "/project";
+  const std::string home = project + "/.pando-sandbox/workspace";
+  ASSERT_EQ(mkdir((project + "/.pando-sandbox").c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(mkdir(home.c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(mkdir((project + "/sub").c_str(), 0755), 0) << std::strerror(errno);
+  const std::string tag = "pandotest-landlock-" + std::to_string(getpid());
+  const std::string tmp = "/tmp/" + tag;
+  const std::string shm = "/dev/shm/" + tag;
+  ASSERT_EQ(mkdir(tmp.c_str(), 0755), 0) << std::strerror(errno);
+  const bool has_shm = mkdir(shm.c_str(), 0755) == 0;
+  SandboxPlan workspace = plan(true);
+  workspace.set_sandbox_home(home);
+
+  const auto result = RunInChild([&](const Child& child) {
+    if (int rc = restrict(child, workspace, abi_); rc != 0) return rc;
+    for (const std::string& dir : {project, project + "/sub"}) {
+      if (int e = mkfifo_errno(dir + "/fifo"); e != EACCES) {
+        return child.Fail("mkfifo in " + dir + ": " + std::to_string(e));
+      }
+      if (int e = bind_errno(dir + "/sock"); e != EACCES) {
+        return child.Fail("bind in " + dir + ": " + std::to_string(e));
+      }
+    }
+    std::vector<std::string> allowed = {home, tmp};
+    if (has_shm) allowed.push_back(shm);
+    for (const std::string& dir : allowed) {
+      if (int e = mkfifo_errno(dir + "/fifo")) {
+        return child.Fail("mkfifo in " + dir + ": " + std::to_string(e));
+      }
+      if (int e = bind_errno(dir + "/sock")) {
+        return child.Fail("bind in " + dir + ": " + std::to_string(e));
+      }
     }
     return 0;
   });
+  std::filesystem::remove_all(tmp);
+  if (has_shm) std::filesystem::remove_all(shm);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  for (const std::string& dir : {project, project + "/sub"}) {
+    EXPECT_FALSE(std::filesystem::exists(dir + "/fifo")) << dir;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/sock")) << dir;
+  }
+}
+
+// Rights add up along the path: a project below /tmp would get both from the /tmp rule, so
+// /tmp loses them for that session and only the home (and /dev/shm) keep them.
+TEST_F(LandlockTest, WorkspaceMakesNoFifoOrSocketInAProjectBelowTmp) {
+  const std::string base = "/tmp/pandotest-landlock-" + std::to_string(getpid());
+  const std::string project = base + "/project";
+  const std::string home = project + "/.pando-sandbox/workspace";
+  std::error_code ec;
+  ASSERT_TRUE(std::filesystem::create_directories(home, ec)) << ec.message();
+  ASSERT_EQ(mkdir((base + "/other").c_str(), 0755), 0) << std::strerror(errno);
+  const std::string shm = "/dev/shm/pandotest-landlock-" + std::to_string(getpid());
+  const bool has_shm = mkdir(shm.c_str(), 0755) == 0;
+  SandboxPlan workspace = plan(true);
+  workspace.set_project_root(project);
+  workspace.set_sandbox_home(home);
+
+  const auto result = RunInChild([&](const Child& child) {
+    if (int rc = restrict(child, workspace, abi_); rc != 0) return rc;
+    for (const std::string& dir : {project, base + "/other"}) {
+      if (int e = mkfifo_errno(dir + "/fifo"); e != EACCES) {
+        return child.Fail("mkfifo in " + dir + ": " + std::to_string(e));
+      }
+      if (int e = bind_errno(dir + "/sock"); e != EACCES) {
+        return child.Fail("bind in " + dir + ": " + std::to_string(e));
+      }
+    }
+    if (int e = write_errno(base + "/other/file"))
+      return child.Fail("/tmp file: " + std::to_string(e));
+    std::vector<std::string> allowed = {home};
+    if (has_shm) allowed.push_back(shm);
+    for (const std::string& dir : allowed) {
+      if (int e = mkfifo_errno(dir + "/fifo")) {
+        return child.Fail("mkfifo in " + dir + ": " + std::to_string(e));
+      }
+      if (int e = bind_errno(dir + "/sock")) {
+        return child.Fail("bind in " + dir + ": " + std::to_string(e));
+      }
+    }
+    return 0;
+  });
+  std::filesystem::remove_all(base);
+  if (has_shm) std::filesystem::remove_all(shm);
   EXPECT_EQ(result.exit_code, 0) << result.output;
 }
 

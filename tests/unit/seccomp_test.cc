@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
+#include <linux/openat2.h>
 #include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
@@ -15,6 +16,7 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -288,7 +291,12 @@ TEST(SeccompTest, PolicyListsEverySyscallTheSandboxMustDeny) {
                            "vhangup"}) {
     EXPECT_EQ(actions[name], "EPERM") << name;
   }
+  for (const char* name : {"chmod", "fchmod", "fchmodat", "fchmodat2", "open", "openat", "creat",
+                           "mkdir", "mkdirat", "mknod", "mknodat"}) {
+    EXPECT_EQ(actions[name], "EPERM if mode has S_ISUID or S_ISGID") << name;
+  }
   EXPECT_EQ(actions["clone3"], "ENOSYS");
+  EXPECT_EQ(actions["openat2"], "ENOSYS");
   EXPECT_EQ(actions["i386 ABI (int 0x80)"], "KILL_PROCESS");
   EXPECT_EQ(actions["x32 ABI (nr >= 0x40000000)"], "KILL_PROCESS");
 }
@@ -314,7 +322,82 @@ TEST(SeccompTest, ConditionalRowsAreTheTestedOnes) {
   for (const auto& entry : seccomp_policy()) {
     if (is_conditional(entry)) conditional.insert(entry.syscall);
   }
-  EXPECT_EQ(conditional, (std::multiset<std::string>{"clone", "ioctl", "ioctl", "personality"}));
+  EXPECT_EQ(conditional,
+            (std::multiset<std::string>{"clone", "ioctl", "ioctl", "personality", "chmod", "fchmod",
+                                        "fchmodat", "fchmodat2", "open", "openat", "creat", "mkdir",
+                                        "mkdirat", "mknod", "mknodat"}));
+}
+
+#ifndef __NR_fchmodat2
+#define __NR_fchmodat2 452
+#endif
+
+// The mode's argument index in each call that takes one; paths and fds are invalid, so a call
+// the filter lets through fails in the kernel (EFAULT, EBADF) and makes nothing.
+struct ModeCall {
+  const char* name;
+  std::function<int(long mode)> call;
+};
+const std::vector<ModeCall>& mode_calls() {
+  static const std::vector<ModeCall> calls = {
+      {"chmod", [](long mode) { return raw(__NR_chmod, kBad, mode); }},
+      {"fchmod", [](long mode) { return raw(__NR_fchmod, kBad, mode); }},
+      {"fchmodat", [](long mode) { return raw(__NR_fchmodat, kBad, kBad, mode, 0); }},
+      {"open", [](long mode) { return raw(__NR_open, kBad, O_CREAT | O_WRONLY, mode); }},
+      {"openat", [](long mode) { return raw(__NR_openat, kBad, kBad, O_CREAT | O_WRONLY, mode); }},
+      {"creat", [](long mode) { return raw(__NR_creat, kBad, mode); }},
+      {"mkdir", [](long mode) { return raw(__NR_mkdir, kBad, mode); }},
+      {"mkdirat", [](long mode) { return raw(__NR_mkdirat, kBad, kBad, mode); }},
+      {"mknod", [](long mode) { return raw(__NR_mknod, kBad, S_IFREG | mode, 0); }},
+      {"mknodat", [](long mode) { return raw(__NR_mknodat, kBad, kBad, S_IFREG | mode, 0); }},
+  };
+  return calls;
+}
+
+// Files the role makes in the project belong to the caller on the host: a set-id bit there would
+// run any local user's command as the caller.
+TEST(SeccompTest, SetIdModesAreDeniedWhateverTheHighBits) {
+  for (const ModeCall& mode_call : mode_calls()) {
+    SCOPED_TRACE(mode_call.name);
+    for (const uint64_t mode :
+         {uint64_t{S_ISUID | 0755}, uint64_t{S_ISGID | 0755}, uint64_t{S_ISUID | S_ISGID | 0755},
+          uint64_t{S_ISUID}, uint64_t{S_ISGID | 0777 | S_ISVTX}, (uint64_t{1} << 32) | S_ISUID,
+          uint64_t{0xffffffff00000000} | S_ISGID | 0644}) {
+      SCOPED_TRACE(mode);
+      EXPECT_EQ(run_child([&] { return mode_call.call(static_cast<long>(mode)); }), exited(EPERM));
+    }
+    // Other modes reach the kernel, which answers for the invalid path or fd.
+    for (const uint64_t mode : {uint64_t{0}, uint64_t{0755}, uint64_t{0777 | S_ISVTX},
+                                (uint64_t{1} << 32) | 0755, uint64_t{0xffffffff00000000}}) {
+      SCOPED_TRACE(mode);
+      const std::string unfiltered =
+          run_child([&] { return mode_call.call(static_cast<long>(mode)); }, /*install=*/false);
+      EXPECT_NE(unfiltered, exited(EPERM));
+      EXPECT_EQ(run_child([&] { return mode_call.call(static_cast<long>(mode)); }), unfiltered);
+    }
+  }
+}
+
+// fchmodat2 (Linux 6.6) is denied by number, also where the kernel lacks it.
+TEST(SeccompTest, Fchmodat2SetIdModesAreDenied) {
+  const auto fchmodat2 = [](long mode) { return raw(__NR_fchmodat2, kBad, kBad, mode, 0); };
+  EXPECT_EQ(run_child([&] { return fchmodat2(S_ISUID | 0755); }), exited(EPERM));
+  EXPECT_EQ(run_child([&] { return fchmodat2(S_ISGID | 0755); }), exited(EPERM));
+  const std::string unfiltered = run_child([&] { return fchmodat2(0755); }, /*install=*/false);
+  if (unfiltered == exited(ENOSYS)) {
+    GTEST_SKIP() << "this kernel has no fchmodat2 (Linux 6.6): a plain mode cannot be tried";
+  }
+  EXPECT_EQ(run_child([&] { return fchmodat2(0755); }), unfiltered);
+}
+
+// openat2's mode sits in a struct seccomp cannot read: ENOSYS makes callers fall back to openat.
+TEST(SeccompTest, Openat2FailsWithEnosys) {
+  EXPECT_EQ(run_child([] {
+              open_how how{};
+              how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+              return errno_of(syscall(__NR_openat2, AT_FDCWD, "/", &how, sizeof(how)));
+            }),
+            exited(ENOSYS));
 }
 
 TEST(SeccompTest, CloneWithAnyNamespaceFlagIsDenied) {
@@ -643,6 +726,63 @@ TEST(SeccompTest, ProbeUnderFilterReportsEveryRow) {
                             "ioctl-tiocsti-high", "personality-linux32", "allow-thread"}) {
     EXPECT_TRUE(results.count(check)) << check;
   }
+}
+
+// A temporary directory, removed with everything in it.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    char tmpl[] = "/tmp/pandotest-seccomp-XXXXXX";
+    if (mkdtemp(tmpl) != nullptr) path_ = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The real calls on real files, as root (whom the kernel would let set both bits): set-id modes
+// fail and leave nothing set-id behind, plain modes work.
+TEST(SeccompTest, ProbeMakesNoSetIdFile) {
+  const ScratchDir dir;
+  ASSERT_FALSE(dir.path().empty()) << std::strerror(errno);
+  const bool has_fchmodat2 = run_child([] { return raw(__NR_fchmodat2, kBad, kBad, 0755, 0); },
+                                       /*install=*/false) != exited(ENOSYS);
+  const ProbeRun run = run_probe({"set-id", dir.path()});
+  ASSERT_EQ(run.status, exited(0)) << run.output;
+
+  std::map<std::string, std::string> results;
+  std::istringstream lines(run.output);
+  std::string check;
+  std::string result;
+  while (lines >> check >> result) results[check] = result;
+
+  std::map<std::string, std::string> expected;
+  for (const char* call : {"chmod", "fchmod", "fchmodat", "fchmodat2", "chmod-dir", "open",
+                           "openat", "creat", "mkdir", "mkdirat", "mknod", "mknodat"}) {
+    const bool missing = std::string(call) == "fchmodat2" && !has_fchmodat2;
+    expected[std::string(call) + "-setuid"] = "errno=EPERM";
+    expected[std::string(call) + "-setgid"] = "errno=EPERM";
+    expected[std::string(call) + "-plain"] = missing ? "errno=ENOSYS" : "ok";
+  }
+  expected["openat2"] = "errno=ENOSYS";
+  EXPECT_EQ(results, expected) << run.output;
+
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    struct stat st {};
+    ASSERT_EQ(lstat(entry.path().c_str(), &st), 0) << entry.path();
+    EXPECT_EQ(st.st_mode & (S_ISUID | S_ISGID), 0u) << entry.path();
+    ++entries;
+  }
+  // The files the chmod calls act on (5 calls, 3 variants) and the plain makes (7 calls).
+  EXPECT_EQ(entries, 5 * 3 + 7);
 }
 
 TEST(SeccompTest, ProbeDiesOnOtherAbis) {

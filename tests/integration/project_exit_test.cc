@@ -1,0 +1,188 @@
+// Issue 11: what a workspace session leaves in the project on the host. The project is mounted
+// idmapped, so whatever the role makes there is the caller's on disk: a set-id file would run
+// as the caller for any local user, a FIFO hangs host tools that open it, and a Unix socket is
+// a channel from the sandbox to any host process that connects.
+
+#include <gtest/gtest.h>
+#include <linux/landlock.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/integration/harness.h"
+
+namespace pando::itest {
+namespace {
+
+namespace fs = std::filesystem;
+
+// "t NAME CMD...": prints "NAME yes" when CMD succeeds and "NAME no" when it fails.
+constexpr const char* kCheck =
+    "t() { n=$1; shift; if \"$@\" >/dev/null 2>&1; then echo \"$n yes\"; else echo \"$n no\"; fi; "
+    "}; ";
+
+// Every entry below `root` (itself included), with its lstat mode.
+std::vector<std::pair<std::string, mode_t>> tree_modes(const std::string& root) {
+  std::vector<std::pair<std::string, mode_t>> modes;
+  const auto add = [&modes](const fs::path& path) {
+    struct stat st {};
+    EXPECT_EQ(lstat(path.c_str(), &st), 0) << path << ": " << std::strerror(errno);
+    modes.emplace_back(path.string(), st.st_mode);
+  };
+  add(root);
+  for (const auto& entry : fs::recursive_directory_iterator(root)) add(entry.path());
+  return modes;
+}
+
+bool kernel_has_landlock() {
+  return syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION) > 0;
+}
+
+class ProjectExitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(geteuid(), 0u) << "integration tests run as root";
+    daemon_ = std::make_unique<Daemon>();
+    project_ = daemon_->dir().make_dir("proj", caller());
+  }
+  RunResult sh(const std::string& script) {
+    RunOptions options;
+    options.stdin_data = script + "\n";
+    return launch(*daemon_, caller(), "workspace", project_, options);
+  }
+
+  std::unique_ptr<Daemon> daemon_;
+  std::string project_;
+};
+
+// seccomp (step 18): no call the role makes can set S_ISUID or S_ISGID, in the project or in
+// its home (which is inside the project on disk); plain modes still work.
+TEST_F(ProjectExitTest, NoSetIdFileOrDirectoryReachesTheHost) {
+  const RunResult r =
+      sh(std::string(kCheck) +
+         "t cp-chmod-6755 sh -c 'cp /usr/bin/id x && chmod 6755 x'; "
+         "t chmod-u+s chmod u+s x; "
+         "t chmod-g+s chmod g+s x; "
+         "t chmod-4755 chmod 4755 x; "
+         "t install-4755 install -m 4755 /usr/bin/id y; "
+         "t install-2755 install -m 2755 /usr/bin/id z; "
+         "t mkdir-2755 mkdir -m 2755 d; "
+         "t setgid-dir sh -c 'mkdir e && chmod g+s e'; "
+         "t home-u+s sh -c 'cp /usr/bin/id \"$HOME/id\" && chmod u+s \"$HOME/id\"'; "
+         "t plain-chmod chmod 0700 x; "
+         "t plain-install install -m 0755 /usr/bin/id w; "
+         "t plain-mkdir mkdir -m 0750 f; "
+         "t plain-run ./w -u");
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out,
+            "cp-chmod-6755 no\nchmod-u+s no\nchmod-g+s no\nchmod-4755 no\ninstall-4755 no\n"
+            "install-2755 no\nmkdir-2755 no\nsetgid-dir no\nhome-u+s no\n"
+            "plain-chmod yes\nplain-install yes\nplain-mkdir yes\nplain-run yes\n");
+
+  for (const auto& [path, mode] : tree_modes(project_)) {
+    EXPECT_EQ(mode & (S_ISUID | S_ISGID), 0u) << path << " mode " << std::oct << mode;
+  }
+  // The calls really ran: their files are the caller's with the plain modes.
+  for (const auto& [name, want] :
+       std::vector<std::pair<std::string, mode_t>>{{"x", S_IFREG | 0700},
+                                                   {"w", S_IFREG | 0755},
+                                                   {"f", S_IFDIR | 0750},
+                                                   {"e", S_IFDIR | 0755}}) {
+    struct stat st {};
+    ASSERT_EQ(lstat((project_ + "/" + name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_mode, want) << name << " mode " << std::oct << st.st_mode;
+    EXPECT_EQ(st.st_uid, caller().uid) << name;
+  }
+}
+
+// Landlock (step 17): runs mkfifo and a Unix socket bind in `project` (and a subdirectory), the
+// session's home and TMPDIR (both under .pando-sandbox), /tmp and /dev/shm, and checks the
+// project on the host. `tmp_result` is what /tmp answers.
+void expect_no_fifo_or_socket_in(const Daemon& daemon, const std::string& project,
+                                 const std::string& tmp_result) {
+  if (!kernel_has_landlock()) {
+    GTEST_SKIP() << "this kernel has no Landlock, which is the only layer for this rule";
+  }
+  ASSERT_TRUE(fs::create_directory(project + "/sub"));
+  ASSERT_EQ(chown((project + "/sub").c_str(), caller().uid, caller().gid), 0);
+  const std::string probe = daemon.probe();
+  std::string script = std::string(kCheck) + "t shell-mkfifo mkfifo q; ";
+  for (const std::string dir : {".", "sub", "$HOME", "$TMPDIR", "/tmp", "/dev/shm"}) {
+    script += "echo '" + dir + "'; " + probe + " mkfifo \"" + dir + "/p\"; " + probe +
+              " bind-unix \"" + dir + "/s\"; ";
+  }
+  script += "t shell-mkfifo-home mkfifo \"$HOME/q\"";
+  RunOptions options;
+  options.stdin_data = script + "\n";
+  const RunResult r = launch(daemon, caller(), "workspace", project, options);
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon.log();
+  const std::string tmp_lines = "mkfifo " + tmp_result + "\nbind-unix " + tmp_result + "\n";
+  EXPECT_EQ(r.out,
+            "shell-mkfifo no\n"
+            ".\nmkfifo errno=EACCES\nbind-unix errno=EACCES\n"
+            "sub\nmkfifo errno=EACCES\nbind-unix errno=EACCES\n"
+            "$HOME\nmkfifo ok\nbind-unix ok\n"
+            "$TMPDIR\nmkfifo ok\nbind-unix ok\n"
+            "/tmp\n" +
+                tmp_lines +
+                "/dev/shm\nmkfifo ok\nbind-unix ok\n"
+                "shell-mkfifo-home yes\n");
+
+  const std::string sandbox_dir = project + "/.pando-sandbox/";
+  for (const auto& [path, mode] : tree_modes(project)) {
+    if (path.rfind(sandbox_dir, 0) == 0) continue;
+    EXPECT_FALSE(S_ISFIFO(mode) || S_ISSOCK(mode)) << path << " mode " << std::oct << mode;
+  }
+  const std::string home = sandbox_dir + "workspace/home";
+  for (const std::string name : {"/p", "/q"}) {
+    EXPECT_EQ(fs::symlink_status(home + name).type(), fs::file_type::fifo) << name;
+  }
+  EXPECT_EQ(fs::symlink_status(home + "/s").type(), fs::file_type::socket);
+}
+
+// A root-owned 0755 directory under /var/tmp, removed with everything in it.
+class VarTmpDir {
+ public:
+  VarTmpDir() {
+    char path[] = "/var/tmp/pandotest-XXXXXX";
+    if (mkdtemp(path) != nullptr && chmod(path, 0755) == 0) path_ = path;
+  }
+  ~VarTmpDir() {
+    std::error_code ignored;
+    if (!path_.empty()) fs::remove_all(path_, ignored);
+  }
+  VarTmpDir(const VarTmpDir&) = delete;
+  VarTmpDir& operator=(const VarTmpDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A project outside every writable system tree: /tmp keeps FIFOs and sockets.
+TEST_F(ProjectExitTest, NoFifoOrSocketInTheProject) {
+  const VarTmpDir parent;
+  ASSERT_FALSE(parent.path().empty()) << std::strerror(errno);
+  const std::string project = parent.path() + "/proj";
+  ASSERT_EQ(mkdir(project.c_str(), 0755), 0) << std::strerror(errno);
+  ASSERT_EQ(chown(project.c_str(), caller().uid, caller().gid), 0) << std::strerror(errno);
+  expect_no_fifo_or_socket_in(*daemon_, project, "ok");
+}
+
+// Landlock rights add up along the path: with the project below /tmp, the /tmp rule must not
+// grant them either, so only the home, TMPDIR and /dev/shm take FIFOs and sockets.
+TEST_F(ProjectExitTest, NoFifoOrSocketInAProjectBelowTmp) {
+  ASSERT_EQ(project_.rfind("/tmp/", 0), 0u) << project_;
+  expect_no_fifo_or_socket_in(*daemon_, project_, "errno=EACCES");
+}
+
+}  // namespace
+}  // namespace pando::itest
