@@ -305,8 +305,9 @@ void ProjectGuard::follow_pointer(const std::string& file, const std::string& ba
 }
 
 // Creates `relative` and the directories above it that are missing, as the
-// role through the idmapped mount, so they land owned by the caller. Where the
-// role may not create it either (not its directory), it stays missing.
+// role through the idmapped mount, so they land owned by the caller. A
+// directory the role may not write stays as it is only where the role could
+// not change that: one it owns it could chmod, so that refuses the launch.
 void ProjectGuard::create_missing(const std::string& relative, bool directory,
                                   const char* content) {
   FsCredentials creds(plan_.ids().role_uid(), plan_.ids().role_gid());
@@ -316,12 +317,25 @@ void ProjectGuard::create_missing(const std::string& relative, bool directory,
     UniqueFd parent = open_beneath(project_fd_, parent_of(path), O_PATH | O_DIRECTORY);
     if (!parent.valid()) return;
     const std::string name = path.substr(path.rfind('/') + 1);
+    UniqueFd file;
+    bool made = false;
     if (!last || directory) {
-      if (mkdirat(parent.get(), name.c_str(), 0755) != 0 && errno != EEXIST) return;
+      made = mkdirat(parent.get(), name.c_str(), 0755) == 0;
     } else {
-      UniqueFd file(openat(parent.get(), name.c_str(),
-                           O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
-      if (!file.valid()) return;
+      file.reset(openat(parent.get(), name.c_str(),
+                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+      made = file.valid();
+    }
+    if (!made && errno != EEXIST) {
+      const int error = errno;
+      struct stat st {};
+      if ((error == EACCES || error == EPERM) && fstat(parent.get(), &st) == 0 &&
+          st.st_uid != plan_.ids().role_uid()) {
+        return;
+      }
+      unsupported(path, std::string("cannot create it to protect it: ") + strerror(error));
+    }
+    if (file.valid()) {
       const size_t size = std::strlen(content);
       if (write(file.get(), content, size) != static_cast<ssize_t>(size)) {
         throw_errno("write " + shown(path));

@@ -319,6 +319,27 @@ TEST_F(PersistenceTest, AnIncompleteWalkRefusesTheLaunch) {
   EXPECT_NE(r.err.find(project_ + "/theirs"), std::string::npos) << r.err;
 }
 
+TEST_F(PersistenceTest, MetadataTheRoleCouldCreateButTheLauncherCannotRefusesTheLaunch) {
+  // The role owns the project root (as the caller's), so it could chmod it and create .git.
+  ASSERT_EQ(sh("true").exit_code, 0);  // the daemon makes .pando-sandbox in the project
+  ASSERT_EQ(rmdir((project_ + "/.git").c_str()), 0);
+  ASSERT_EQ(chmod(project_.c_str(), 0555), 0);
+  RunResult r = sh("echo launched");
+  EXPECT_EQ(r.exit_code, 77) << r.out << r.err;
+  EXPECT_NE(r.err.find("ERROR_PROTECTED_PATH_UNSUPPORTED"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(project_ + "/.git"), std::string::npos) << r.err;
+  ASSERT_EQ(chmod(project_.c_str(), 0755), 0);
+  EXPECT_FALSE(fs::exists(project_ + "/.git"));
+
+  // A git dir of another user's (root's) that the role cannot change: nothing is created
+  // there, and the role cannot create anything there either.
+  daemon_->dir().make_dir("proj/.git", TestUser{"root", 0, 0});
+  r = sh(std::string(kCheck) + "t hooks mkdir .git/hooks; t config sh -c 'echo x > .git/config'");
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out, "hooks no\nconfig no\n");
+  EXPECT_TRUE(names_in(project_ + "/.git").empty());
+}
+
 TEST_F(PersistenceTest, SymlinkedGitMetadataRefusesTheLaunch) {
   daemon_->dir().make_dir("real-git", caller());
   ASSERT_EQ(symlink((daemon_->dir().path() + "/real-git").c_str(), (project_ + "/.git").c_str()),
