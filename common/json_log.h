@@ -19,8 +19,10 @@ using FieldValue =
     std::variant<std::string_view, std::string, int64_t, uint64_t, int, unsigned, bool>;
 using Field = std::pair<std::string_view, FieldValue>;
 
-// Sets the process-wide logger. `path` empty: stderr. Throws when the file
-// cannot be opened (after spdlog's own retries).
+// Sets the process-wide logger. `path` empty: stderr, each line prefixed with
+// its syslog priority ("<3>" for errors) when stderr is the journal (see
+// stderr_is_journal()). Throws when the file cannot be opened (after spdlog's
+// own retries).
 void init(std::string_view event_prefix, const std::string& path, spdlog::level::level_enum level);
 // Sets the process-wide logger to append to `path`, opened once (no retries, no
 // directory creation, never through a final symlink, created 0600). On failure
@@ -42,5 +44,11 @@ inline void error(std::string_view name, std::initializer_list<Field> fields = {
 }
 
 std::string json_escape(std::string_view text);
+
+// "<N>" for the syslog priority of a level (critical 2, err 3, warn 4, info 6, else 7).
+std::string_view syslog_prefix(spdlog::level::level_enum level);
+// Whether $JOURNAL_STREAM names stderr's device and inode, as systemd sets it
+// for a service whose stderr is the journal.
+bool stderr_is_journal();
 
 }  // namespace pando::log

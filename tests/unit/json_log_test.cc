@@ -3,6 +3,7 @@
 
 #include "common/json_log.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -105,6 +106,45 @@ TEST_F(JsonLogTest, UnwritableDirectoryLeavesLoggingOff) {
   });
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_FALSE(fs::exists(path));
+}
+
+// Under systemd, stderr is the journal and $JOURNAL_STREAM names it: each line then
+// starts with its syslog priority so that `journalctl -p err` finds errors.
+TEST_F(JsonLogTest, StderrToTheJournalCarriesSyslogPriorities) {
+  const std::string path = dir_ + "/stderr";
+  auto log_through_stderr = [&](const std::string& journal_stream) {
+    const auto result = pando::testing::RunInChild([&](const pando::testing::Child& child) {
+      const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (fd < 0 || dup2(fd, STDERR_FILENO) < 0) return child.FailErrno("stderr to a file");
+      struct stat st {};
+      if (fstat(STDERR_FILENO, &st) != 0) return child.FailErrno("fstat stderr");
+      const std::string mine = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+      const std::string value = journal_stream == "mine" ? mine : journal_stream;
+      if (value.empty()) {
+        unsetenv("JOURNAL_STREAM");
+      } else {
+        setenv("JOURNAL_STREAM", value.c_str(), 1);
+      }
+      pando::log::init("unit", "", spdlog::level::debug);
+      pando::log::error("broke");
+      pando::log::warn("odd");
+      pando::log::info("fine");
+      pando::log::event(spdlog::level::debug, "detail");
+      return 0;
+    });
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    return read(path);
+  };
+  const std::string journal = log_through_stderr("mine");
+  std::istringstream lines(journal);
+  std::string line;
+  for (const char* prefix : {"<3>{", "<4>{", "<6>{", "<7>{"}) {
+    ASSERT_TRUE(std::getline(lines, line)) << journal;
+    EXPECT_EQ(line.rfind(prefix, 0), 0u) << line;
+  }
+  EXPECT_EQ(log_through_stderr("").rfind("{\"ts\":", 0), 0u);
+  // Another stream (stderr was redirected after systemd started us): plain JSON.
+  EXPECT_EQ(log_through_stderr("1:2").rfind("{\"ts\":", 0), 0u);
 }
 
 }  // namespace
