@@ -16,9 +16,24 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: pando-helperd --config FILE [--socket PATH] [--foreground]\n"
-    "  --config FILE   daemon configuration (protobuf text format), owned by root\n"
-    "  --socket PATH   listen here instead of the config's socket_path\n"
-    "  --foreground    accepted for compatibility; the daemon never forks itself\n";
+    "       pando-helperd --check-config FILE\n"
+    "  --config FILE        daemon configuration (protobuf text format), owned by root\n"
+    "  --socket PATH        listen here instead of the config's socket_path\n"
+    "  --foreground         accepted for compatibility; the daemon never forks itself\n"
+    "  --check-config FILE  check FILE as the daemon would load it: exit 0, or 78 with\n"
+    "                       file:line: field: message\n";
+
+// Like `sshd -t`: the same checks as at start, nothing started.
+int check_config(const std::string& path) {
+  try {
+    pando::daemon::load_config(path);
+  } catch (const std::exception& e) {
+    std::cerr << "pando-helperd: invalid config: " << e.what() << "\n";
+    return 78;
+  }
+  std::cout << "pando-helperd: " << path << ": config OK\n";
+  return 0;
+}
 
 }  // namespace
 
@@ -30,6 +45,8 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if ((arg == "--config" || arg == "--socket") && i + 1 < argc) {
       (arg == "--config" ? options.config_path : options.socket_override.emplace()) = argv[++i];
+    } else if (arg == "--check-config" && i + 1 < argc && argc == 3) {
+      return check_config(argv[++i]);
     } else if (arg == "--foreground") {
     } else if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;

@@ -119,4 +119,21 @@ systemd-tmpfiles --root="$tmp/root" --create "$src/systemd/pando-helper.tmpfiles
 	fail "systemd-tmpfiles rejected pando-helper.tmpfiles"
 [ "$(stat -c '%a %U %G' "$tmp/root/run/pando")" = "755 root root" ] || fail "/run/pando mode/owner"
 
-echo "PASS: units verify, hardening choices, sysusers and tmpfiles"
+# --- --check-config (what an admin runs before a restart, like sshd -t): the
+# shipped config passes, a broken one exits 78 naming file, line and field.
+out=$("$daemon" --check-config "$src/examples/pando-helperd.conf" 2>&1) ||
+	fail "the shipped config does not pass --check-config: $out"
+sed 's/^max_sessions: .*/max_sessions: 0/' "$src/examples/pando-helperd.conf" >"$tmp/bad.conf"
+grep -q '^max_sessions: 0$' "$tmp/bad.conf" || fail "test config rewrite failed"
+set +e
+out=$("$daemon" --check-config "$tmp/bad.conf" 2>&1)
+rc=$?
+set -e
+[ "$rc" = 78 ] || fail "--check-config of a bad config exited $rc, not 78: $out"
+line=$(grep -n '^max_sessions: 0$' "$tmp/bad.conf" | cut -d: -f1)
+case "$out" in
+*"$tmp/bad.conf:$line: max_sessions: "*) ;;
+*) fail "--check-config did not name file, line and field: $out" ;;
+esac
+
+echo "PASS: units verify, hardening choices, sysusers and tmpfiles, --check-config"
