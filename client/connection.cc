@@ -20,7 +20,11 @@ std::string socket_path(const std::optional<std::string>& flag) {
 std::string start_hint(const std::string& path) {
   return "is pando-helperd running? Start it with `sudo systemctl start pando-helperd.socket`, or "
          "`sudo pando-helperd --config /etc/pando/pando-helperd.conf --socket " +
-         path + "`";
+         path + "`; if it does not stay up, `journalctl -u pando-helperd` says why";
+}
+
+std::string no_answer_hint() {
+  return "did it fail to start? `journalctl -u pando-helperd` (or its log_file) says why";
 }
 
 bool send_all(int fd, const void* data, size_t size) {
@@ -71,7 +75,7 @@ UniqueFd connect_daemon(const std::string& path, std::string& error) {
   }
   const auto preface = wire::make_preface();
   if (!send_all(fd.get(), preface.data(), preface.size())) {
-    error = "pando-helperd at " + path + " closed the connection";
+    error = "pando-helperd at " + path + " closed the connection; " + no_answer_hint();
     return {};
   }
   return fd;

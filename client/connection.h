@@ -34,5 +34,8 @@ std::optional<wire::FrameDecoder::Frame> read_frame(int fd);
 
 // One line telling a person how to start the daemon.
 std::string start_hint(const std::string& path);
+// For a daemon that closed the connection before answering: under socket
+// activation that is a daemon that could not start.
+std::string no_answer_hint();
 
 }  // namespace pando::client

@@ -395,12 +395,14 @@ int run_launch(const std::string& role, const std::string& project_root,
   const bool direct = wants_direct_stdio();
   if (!(direct ? send_with_fds(sock.get(), frame, {STDIN_FILENO, STDOUT_FILENO})
                : send_all(sock.get(), frame.data(), frame.size()))) {
-    std::cerr << "pando-helper: the connection to pando-helperd broke while sending the request\n";
+    std::cerr << "pando-helper: the connection to pando-helperd broke while sending the request; "
+              << no_answer_hint() << "\n";
     return kExitProtocol;
   }
   const auto answer = read_frame(sock.get());
   if (!answer) {
-    std::cerr << "pando-helper: pando-helperd closed the connection without answering\n";
+    std::cerr << "pando-helper: pando-helperd closed the connection without answering; "
+              << no_answer_hint() << "\n";
     return kExitProtocol;
   }
   if (answer->type == v1::FRAME_REJECTED) {

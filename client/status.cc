@@ -21,7 +21,8 @@ int run_status(const std::string& socket, const std::string& project_root) {
   request.set_project_root(project_root);
   const auto frame = wire::encode_message_frame(v1::FRAME_STATUS_REQUEST, request);
   if (!send_all(sock.get(), frame.data(), frame.size())) {
-    std::cerr << "pando-helper: the connection to pando-helperd broke\n";
+    std::cerr << "pando-helper: the connection to pando-helperd broke; " << no_answer_hint()
+              << "\n";
     return kExitProtocol;
   }
   const auto answer = read_frame(sock.get());
@@ -35,7 +36,8 @@ int run_status(const std::string& socket, const std::string& project_root) {
   }
   if (!answer || answer->type != v1::FRAME_STATUS ||
       !status.ParseFromArray(answer->payload.data(), static_cast<int>(answer->payload.size()))) {
-    std::cerr << "pando-helper: pando-helperd did not answer the status request\n";
+    std::cerr << "pando-helper: pando-helperd did not answer the status request; "
+              << no_answer_hint() << "\n";
     return kExitProtocol;
   }
   std::cout << "daemon: answering on " << socket << "\n";

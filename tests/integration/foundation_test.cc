@@ -4,9 +4,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -419,8 +422,41 @@ TEST_F(FoundationTest, ClientWithoutDaemonSaysHowToStartIt) {
       caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
                  project_, "--stdio", "--socket", daemon_->dir().path() + "/nothing.sock"});
   EXPECT_EQ(r.exit_code, 69);
-  EXPECT_NE(r.err.find("pando-helperd"), std::string::npos);
+  EXPECT_NE(r.err.find("systemctl start pando-helperd.socket"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("journalctl -u pando-helperd"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty());
+}
+
+// Under socket activation a daemon that cannot start shows up as a socket that
+// accepts and then closes: the client points at the journal.
+TEST_F(FoundationTest, ClientPointsAtTheJournalWhenTheDaemonClosesWithoutAnswer) {
+  const std::string path = daemon_->dir().path() + "/activated.sock";
+  UniqueFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(listener.valid());
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  ASSERT_EQ(bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(chmod(path.c_str(), 0666), 0);
+  ASSERT_EQ(listen(listener.get(), 8), 0);
+  std::thread closer([&] {
+    for (int i = 0; i < 2; ++i) {
+      UniqueFd connection(accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      char preface[8];
+      if (connection.valid()) (void)!recv(connection.get(), preface, sizeof(preface), MSG_WAITALL);
+    }
+  });
+  const RunResult launch_result =
+      run_as(caller(), {daemon_->client(), "security", "launch", "--role", "workspace",
+                        "--project-root", project_, "--stdio", "--socket", path});
+  const RunResult status_result =
+      run_as(caller(), {daemon_->client(), "security", "status", "--socket", path});
+  closer.join();
+  for (const RunResult& r : {launch_result, status_result}) {
+    EXPECT_EQ(r.exit_code, 76) << r.err;
+    EXPECT_NE(r.err.find("journalctl -u pando-helperd"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty());
+  }
 }
 
 TEST_F(FoundationTest, StatusAnswers) {
