@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/blocked_syscall.h"
+
 namespace pando::daemon {
 
 namespace v1 = pando::helper::v1;
@@ -46,6 +48,9 @@ RequestError from_errno(int err, const std::string& what) {
       return {v1::ERROR_PATH_ACCESS_DENIED, what + " is not reachable with your permissions"};
     case EXDEV:
       return {v1::ERROR_PATH_SYMLINK, what + " escapes its parent"};
+    case ENOSYS:  // only openat2 can fail so here
+      return {v1::ERROR_SANDBOX_UNSUPPORTED,
+              blocked_syscall_message("openat2", "needed to open " + what + " without symlinks")};
     default:
       return {v1::ERROR_PATH_NOT_FOUND, what + ": " + std::strerror(err)};
   }

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/blocked_syscall.h"
 #include "common/unique_fd.h"
 #include "daemon/sandbox/git_config.h"
 #include "daemon/sandbox/mount_api.h"
@@ -64,7 +65,12 @@ UniqueFd open_beneath(int project_fd, const std::string& relative, uint64_t flag
   how.flags = flags | O_NOFOLLOW | O_CLOEXEC;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
   const char* path = relative.empty() ? "." : relative.c_str();
-  return UniqueFd(static_cast<int>(syscall(SYS_openat2, project_fd, path, &how, sizeof(how))));
+  const long fd = syscall(SYS_openat2, project_fd, path, &how, sizeof(how));
+  if (fd < 0 && errno == ENOSYS) {
+    throw SetupError(pando::helper::v1::ERROR_SANDBOX_UNSUPPORTED,
+                     blocked_syscall_message("openat2", "needed to walk the project"));
+  }
+  return UniqueFd(static_cast<int>(fd));
 }
 
 class ProjectGuard {

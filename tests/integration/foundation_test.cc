@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -457,6 +458,20 @@ TEST_F(FoundationTest, ClientPointsAtTheJournalWhenTheDaemonClosesWithoutAnswer)
     EXPECT_NE(r.err.find("journalctl -u pando-helperd"), std::string::npos) << r.err;
     EXPECT_TRUE(r.out.empty());
   }
+}
+
+// Under a service manager whose filter takes openat2 away (systemd's RestrictSUIDSGID=
+// did, in the first unit), the launch says so, naming the call: not a path error.
+TEST_F(FoundationTest, ABlockedSystemCallIsReportedAsAHostProblem) {
+  DaemonOptions options;
+  options.enosys_syscalls = {SYS_openat2};
+  daemon_ = std::make_unique<Daemon>(options);
+  project_ = daemon_->dir().make_dir("proj", caller());
+  const RunResult r = sh("echo launched");
+  EXPECT_EQ(r.exit_code, 77) << r.out << r.err << daemon_->log();
+  EXPECT_NE(r.err.find("ERROR_SANDBOX_UNSUPPORTED"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("openat2 is blocked"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("ERROR_PATH_NOT_FOUND"), std::string::npos) << r.err;
 }
 
 TEST_F(FoundationTest, StatusAnswers) {
