@@ -68,6 +68,7 @@ constexpr uint64_t kFileOnlyRights =
 //   kind       rights
 //   ReadExec   EXECUTE READ_FILE READ_DIR
 //   ReadOnly   READ_FILE READ_DIR
+//   List       READ_DIR
 //   Device     READ_FILE WRITE_FILE
 //   Terminal   READ_FILE WRITE_FILE READ_DIR IOCTL_DEV
 //   ReadWrite  every handled right except MAKE_CHAR MAKE_BLOCK IOCTL_DEV
@@ -80,6 +81,9 @@ constexpr uint64_t kFileOnlyRights =
 //              both.
 //
 //   path                                   kind
+//   /                                      List (the view's own minimal root;
+//                                          rights add up, so every directory
+//                                          below is listable, no file readable)
 //   /usr /bin /sbin /lib /lib64 /lib32
 //   /libx32 /etc /opt, runtime_paths       ReadExec
 //   /proc /dev                             ReadOnly
@@ -95,10 +99,12 @@ constexpr uint64_t kFileOnlyRights =
 // Network (ABI >= 4): BIND_TCP and CONNECT_TCP handled with no rule, so every
 // TCP bind/connect is denied. Scopes (ABI >= 6): abstract unix sockets and
 // signals limited to the role's own Landlock domain.
-enum class Kind { kReadExec, kReadOnly, kDevice, kTerminal, kReadWrite, kProject };
+enum class Kind { kList, kReadExec, kReadOnly, kDevice, kTerminal, kReadWrite, kProject };
 
 uint64_t rights_of(Kind kind, uint64_t handled_fs) {
   switch (kind) {
+    case Kind::kList:
+      return kFsReadDir;
     case Kind::kReadExec:
       return kFsExecute | kFsReadFile | kFsReadDir;
     case Kind::kReadOnly:
@@ -121,6 +127,9 @@ struct PathRule {
 };
 
 constexpr PathRule kSystemRules[] = {
+    // The root of the view: tools that walk from / (and MCP servers given / as
+    // their allowed root) list it first.
+    {"/", Kind::kList},
     // System trees.
     {"/usr", Kind::kReadExec},
     {"/bin", Kind::kReadExec},

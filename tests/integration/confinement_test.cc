@@ -1076,6 +1076,22 @@ TEST_F(ConfinementTest, EnvironmentIsOnlyTheDocumentedVariables) {
   }
 }
 
+// Issue 12: tools that walk from / (an MCP filesystem server given / as its root) list it
+// first. It is the view's own root: nothing of the host's / beyond the view.
+TEST_F(ConfinementTest, RootOfTheViewIsListable) {
+  std::string expected = ". .. bin dev etc lib ";
+  for (const char* lib : {"lib32", "lib64", "libx32"}) {
+    if (fs::exists(std::string("/") + lib)) expected += std::string(lib) + " ";
+  }
+  expected += "proc sbin tmp usr \n";  // the project and the runtime paths live below /tmp here
+  for (const std::string role : {"workspace", "core"}) {
+    SCOPED_TRACE(role);
+    const RunResult r = sh("LC_ALL=C ls -a / | tr '\\n' ' '; echo", role);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, expected) << r.err;
+  }
+}
+
 // --- issue 4: ordinary tools still work ------------------------------------------------
 
 TEST_F(ConfinementTest, ShellGitAndCompilerWorkInTheWorkspace) {

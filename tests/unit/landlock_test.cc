@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,13 @@ int read_errno(const std::string& path) {
   const int rc = read(fd, &c, 1) >= 0 ? 0 : errno;
   close(fd);
   return rc;
+}
+
+int list_errno(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  close(fd);
+  return 0;
 }
 
 class LandlockTest : public ::testing::Test {
@@ -92,6 +100,10 @@ class LandlockTest : public ::testing::Test {
 };
 
 TEST_F(LandlockTest, WorkspaceWritesOnlyInsideItsTrees) {
+  {
+    std::ofstream secret(root_ + "/outside/secret");
+    secret << "outside";
+  }
   const auto result = RunInChild([&](const Child& child) {
     if (int rc = restrict(child, plan(true), abi_); rc != 0) return rc;
     if (int e = write_errno(root_ + "/project/new"))
@@ -99,7 +111,13 @@ TEST_F(LandlockTest, WorkspaceWritesOnlyInsideItsTrees) {
     if (mkdir((root_ + "/project/sub").c_str(), 0755) != 0) return child.FailErrno("mkdir project");
     if (int e = write_errno(root_ + "/home/new")) return child.Fail("home: " + std::to_string(e));
     if (write_errno(root_ + "/outside/new") != EACCES) return child.Fail("outside not EACCES");
-    if (read_errno(root_ + "/outside") != EACCES) return child.Fail("outside readable");
+    if (read_errno(root_ + "/outside/secret") != EACCES) return child.Fail("outside readable");
+    // `/` is listable (the view's own root), and rights add up along the tree: on its own
+    // Landlock lets the role list names anywhere, never read a file outside its rules.
+    if (int e = list_errno(root_ + "/outside")) {
+      return child.Fail("outside not listable: " + std::to_string(e));
+    }
+    if (int e = list_errno("/")) return child.Fail("/ not listable: " + std::to_string(e));
     if (write_errno("/etc/hostname") != EACCES) return child.Fail("/etc writable");
     if (int e = read_errno("/etc/hostname"))
       return child.Fail("/etc/hostname: " + std::to_string(e));
