@@ -29,11 +29,46 @@ constexpr const char* kUsage =
     "  pando-helper security status [--project-root <path>] [--socket PATH]\n"
     "  pando-helper security setup-users [--core-user NAME] [--workspace-user NAME]   (as root)\n"
     "  pando-helper --version\n"
+    "`pando-helper security <command> --help` describes one command.\n"
     "The socket defaults to $PANDO_HELPER_SOCKET, then /run/pando/helper.sock.\n";
+
+struct CommandHelp {
+  const char* command;
+  const char* text;
+};
+constexpr CommandHelp kCommandHelp[] = {
+    {"launch",
+     "usage: pando-helper security launch --role <core|workspace> --project-root <path> --stdio "
+     "[--socket PATH]\n"
+     "Starts the role's tool server confined to <path> (as pando-helperd's config names it) and\n"
+     "relays stdin, stdout and stderr until it exits; exits with its status.\n"
+     "  --role core|workspace  core reads the project; workspace also writes it\n"
+     "  --project-root <path>  your project directory; symbolic links in it are resolved here,\n"
+     "                         and the role sees the resolved path\n"
+     "  --stdio                relay stdio (the only mode; what an MCP client expects)\n"
+     "  --socket PATH          the daemon's socket (default $PANDO_HELPER_SOCKET, then\n"
+     "                         /run/pando/helper.sock)\n"
+     "Exit codes: the role's own; 128+N when killed by signal N; 64 bad command line;\n"
+     "69 daemon not reachable; 70 local failure; 76 connection broke; 77 rejected.\n"},
+    {"status",
+     "usage: pando-helper security status [--project-root <path>] [--socket PATH]\n"
+     "Whether pando-helperd answers, its version, live sessions and which confinement layers\n"
+     "this host offers; with --project-root, whether that directory can be idmapped.\n"},
+    {"setup-users",
+     "usage: pando-helper security setup-users [--core-user NAME] [--workspace-user NAME]\n"
+     "As root: creates the locked system users the roles run as (default pando-core and\n"
+     "pando-workspace; own group, no shell, no home). Safe to run again.\n"},
+};
 
 int usage_error(const std::string& message) {
   std::cerr << "pando-helper: " << message << "\n" << kUsage;
   return kExitUsage;
+}
+
+bool asks_for_help(const std::vector<std::string>& args) {
+  return std::find_if(args.begin(), args.end(), [](const std::string& arg) {
+           return arg == "--help" || arg == "-h";
+         }) != args.end();
 }
 
 // Parses "--name value" and "--name=value" options; `flags` take no value.
@@ -97,10 +132,19 @@ void init_client_log() {
   pando::log::init_file_once("security_helper_client", path, spdlog::level::info);
 }
 
-// A relative project root is taken from the working directory; the daemon
-// validates the result (absolute, normalized, no symlinks) either way.
-std::string absolute_project_root(const std::string& path) {
-  if (path.empty() || path.front() == '/') return path;
+// What the user typed, resolved as the user (relative to the working
+// directory, symbolic links followed: Fedora Silverblue's /home -> var/home,
+// ~/src -> /data/src). The daemon still refuses any symlink in what it
+// receives; a path that does not resolve is sent as typed, made absolute, so
+// that the daemon's answer names the problem.
+std::string resolved_project_root(const std::string& path) {
+  if (path.empty()) return path;
+  if (char* real = realpath(path.c_str(), nullptr); real != nullptr) {
+    std::string resolved = real;
+    std::free(real);
+    return resolved;
+  }
+  if (path.front() == '/') return path;
   std::vector<char> cwd(4096);
   if (getcwd(cwd.data(), cwd.size()) == nullptr) return path;
   const std::string base = cwd.data();
@@ -118,14 +162,28 @@ int main(int argc, char** argv) {
     std::cout << "pando-helper " << PANDO_VERSION << "\n";
     return 0;
   }
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+  if (args.empty()) {
+    std::cerr << kUsage;
+    return kExitUsage;
+  }
+  if (args[0] == "--help" || args[0] == "-h" ||
+      (args[0] == "security" && args.size() == 2 && asks_for_help({args[1]}))) {
     std::cout << kUsage;
-    return args.empty() ? kExitUsage : 0;
+    return 0;
   }
   if (args.size() < 2 || args[0] != "security") return usage_error("expected `security <command>`");
   const std::string command = args[1];
   const std::vector<std::string> rest(args.begin() + 2, args.end());
   std::string error;
+  if (asks_for_help(rest)) {
+    for (const CommandHelp& help : kCommandHelp) {
+      if (command == help.command) {
+        std::cout << help.text;
+        return 0;
+      }
+    }
+    return usage_error("unknown command " + command);
+  }
 
   if (command == "launch") {
     const auto options =
@@ -138,7 +196,7 @@ int main(int argc, char** argv) {
     std::optional<std::string> socket;
     if (options->count("--socket") != 0) socket = options->at("--socket");
     return pando::client::run_launch(options->at("--role"),
-                                     absolute_project_root(options->at("--project-root")),
+                                     resolved_project_root(options->at("--project-root")),
                                      pando::client::socket_path(socket));
   }
   if (command == "status") {
@@ -147,7 +205,7 @@ int main(int argc, char** argv) {
     std::optional<std::string> socket;
     if (options->count("--socket") != 0) socket = options->at("--socket");
     const std::string root = options->count("--project-root") != 0
-                                 ? absolute_project_root(options->at("--project-root"))
+                                 ? resolved_project_root(options->at("--project-root"))
                                  : "";
     return pando::client::run_status(pando::client::socket_path(socket), root);
   }

@@ -33,6 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+namespace v1 = pando::helper::v1;
 
 // A shell function for one-line checks: "t NAME CMD..." prints "NAME yes" when
 // CMD succeeds and "NAME no" when it fails, with CMD's own output discarded.
@@ -705,10 +706,22 @@ TEST_F(ConfinementTest, PlantedSymlinksAreNeverFollowed) {
     EXPECT_NE(r.err.find(code), std::string::npos) << r.err;
     EXPECT_EQ(r.out, "");
   };
-  {  // the project root itself
+  {  // the project root itself: the client resolves it as the caller (and /etc is refused as
+     // a system location); the daemon never follows one in what it receives
     const std::string link = daemon_->dir().path() + "/root-link";
     ASSERT_EQ(symlink("/etc", link.c_str()), 0);
-    expect_rejected(link, "ERROR_PATH_SYMLINK");
+    expect_rejected(link, "ERROR_PATH_FORBIDDEN");
+    RawClient raw(daemon_->socket_path(), caller());
+    ASSERT_TRUE(raw.send_preface());
+    ASSERT_TRUE(
+        raw.send_frame(v1::FRAME_LAUNCH_REQUEST, raw.launch_request(v1::ROLE_WORKSPACE, link)));
+    const auto frame = raw.read_frame(10s);
+    ASSERT_TRUE(frame.has_value());
+    v1::Rejected rejected;
+    ASSERT_EQ(frame->type, v1::FRAME_REJECTED);
+    ASSERT_TRUE(
+        rejected.ParseFromArray(frame->payload.data(), static_cast<int>(frame->payload.size())));
+    EXPECT_EQ(rejected.code(), v1::ERROR_PATH_SYMLINK) << rejected.message();
   }
   for (const char* target : {"/root", "/etc"}) {  // .pando-sandbox
     SCOPED_TRACE(target);
@@ -1074,6 +1087,27 @@ TEST_F(ConfinementTest, EnvironmentIsOnlyTheDocumentedVariables) {
   for (const char* leaked : {"evil", "ghp_fake", "proxy.invalid", "nonexistent.so", "require"}) {
     EXPECT_EQ(r.out.find(leaked), std::string::npos) << leaked << " in " << r.out;
   }
+}
+
+// Issue 12: a project reached through a symbolic link (Silverblue's /home -> var/home,
+// ~/src -> /data/src) is resolved by the client, as the caller; the role sees the real path.
+TEST_F(ConfinementTest, SymlinkedProjectPathIsResolvedByTheClient) {
+  const std::string link = daemon_->dir().path() + "/src-link";
+  ASSERT_EQ(symlink(project_.c_str(), link.c_str()), 0);
+  const RunResult r = sh_in(link, "pwd; echo \"$PANDO_PROJECT_ROOT\"");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, project_ + "\n" + project_ + "\n");
+  RunOptions relative;
+  relative.stdin_data = "pwd\n";
+  const RunResult from_cwd =
+      run_as(caller(),
+             {"/bin/sh", "-c",
+              "cd " + daemon_->dir().path() + " && exec " + daemon_->client() +
+                  " security launch --role workspace --project-root src-link --stdio --socket " +
+                  daemon_->socket_path()},
+             relative);
+  EXPECT_EQ(from_cwd.exit_code, 0) << from_cwd.err;
+  EXPECT_EQ(from_cwd.out, project_ + "\n");
 }
 
 // Issue 12: tools that walk from / (an MCP filesystem server given / as its root) list it

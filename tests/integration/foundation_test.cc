@@ -474,6 +474,24 @@ TEST_F(FoundationTest, ABlockedSystemCallIsReportedAsAHostProblem) {
   EXPECT_EQ(r.err.find("ERROR_PATH_NOT_FOUND"), std::string::npos) << r.err;
 }
 
+TEST_F(FoundationTest, HelpIsPerSubcommandOnStdout) {
+  for (const std::string command : {"launch", "status", "setup-users"}) {
+    for (const std::string flag : {"--help", "-h"}) {
+      const RunResult r = run_as(caller(), {daemon_->client(), "security", command, flag});
+      EXPECT_EQ(r.exit_code, 0) << command << " " << flag << ": " << r.err;
+      EXPECT_EQ(r.out.rfind("usage: pando-helper security " + command + " ", 0), 0u) << r.out;
+      EXPECT_TRUE(r.err.empty()) << r.err;
+    }
+  }
+  const RunResult general = run_as(caller(), {daemon_->client(), "--help"});
+  EXPECT_EQ(general.exit_code, 0);
+  EXPECT_NE(general.out.find("security launch"), std::string::npos);
+  const RunResult bare = run_as(caller(), {daemon_->client()});
+  EXPECT_EQ(bare.exit_code, 64);
+  EXPECT_TRUE(bare.out.empty()) << bare.out;
+  EXPECT_NE(bare.err.find("usage:"), std::string::npos) << bare.err;
+}
+
 TEST_F(FoundationTest, StatusAnswers) {
   const RunResult r = run_as(caller(), {daemon_->client(), "security", "status", "--socket",
                                         daemon_->socket_path(), "--project-root", project_});
