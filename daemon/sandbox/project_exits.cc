@@ -92,6 +92,7 @@ class ProjectGuard {
   void scan_directory(const std::string& relative, int depth,
                       std::deque<std::pair<std::string, int>>& queue);
   bool is_hidden_name(const char* name) const;
+  bool role_can_enter(const std::string& relative) const;
 
   bool pin(const std::string& relative, bool read_only);
   bool pin_with_parents(const std::string& relative, bool read_only);
@@ -135,6 +136,15 @@ bool ProjectGuard::is_hidden_name(const char* name) const {
   return false;
 }
 
+// Root lists every directory of the caller's through the idmapped mount; one
+// it cannot list belongs to someone else (a container's data directory, say),
+// so the role cannot chmod it either. Skipping it is safe exactly when the
+// role cannot search it: then no name inside is reachable.
+bool ProjectGuard::role_can_enter(const std::string& relative) const {
+  FsCredentials creds(plan_.ids().role_uid(), plan_.ids().role_gid());
+  return open_beneath(project_fd_, join(relative, "."), O_PATH).valid();
+}
+
 // Breadth first, as root: the role's modes and ownership do not decide what is
 // read. Mounts below the project (the sandbox home) are walked too.
 void ProjectGuard::scan() {
@@ -149,7 +159,11 @@ void ProjectGuard::scan() {
 void ProjectGuard::scan_directory(const std::string& relative, int depth,
                                   std::deque<std::pair<std::string, int>>& queue) {
   UniqueFd fd = open_beneath(project_fd_, relative, O_RDONLY | O_DIRECTORY);
-  if (!fd.valid()) incomplete(relative, std::string("cannot open: ") + strerror(errno), nullptr);
+  if (!fd.valid()) {
+    const int error = errno;
+    if (error == EACCES && !role_can_enter(relative)) return;
+    incomplete(relative, std::string("cannot list it: ") + strerror(error), nullptr);
+  }
   DIR* listing = fdopendir(fd.get());
   if (listing == nullptr) throw_errno("fdopendir " + shown(relative));
   fd.release();

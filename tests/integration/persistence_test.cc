@@ -310,13 +310,20 @@ TEST_F(PersistenceTest, AnIncompleteWalkRefusesTheLaunch) {
   EXPECT_NE(r.err.find("workspace.project_scan_max_depth"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(project_ + "/a/b/c/d"), std::string::npos) << r.err;
 
-  // A directory root cannot read through the caller's idmapped mount (another user's, 0700).
+  // Another user's directory (a container's data dir): root cannot list it through the
+  // caller's idmapped mount. Where the role cannot enter it either it is skipped; where the
+  // role can reach names inside by search permission alone, the launch is refused.
   start_daemon();
   daemon_->dir().make_dir("proj/theirs", other_user(), 0700);
-  r = sh("echo launched");
+  r = sh(std::string(kCheck) + "t list ls theirs; t chmod chmod 755 theirs");
+  EXPECT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out, "list no\nchmod no\n");
+  daemon_->dir().make_dir("proj/searchable", other_user(), 0711);
+  daemon_->dir().write_file("proj/searchable/.env", "TOKEN=reachable", other_user(), 0644);
+  r = sh("cat searchable/.env");
   EXPECT_EQ(r.exit_code, 77) << r.out << r.err;
   EXPECT_NE(r.err.find("ERROR_PROJECT_SCAN_INCOMPLETE"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(project_ + "/theirs"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(project_ + "/searchable: cannot list it"), std::string::npos) << r.err;
 }
 
 TEST_F(PersistenceTest, MetadataTheRoleCouldCreateButTheLauncherCannotRefusesTheLaunch) {
