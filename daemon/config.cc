@@ -247,6 +247,27 @@ DaemonConfig parse_config(const std::string& text, const std::string& origin) {
   if (parent.empty() || parent.front() == '/' || !is_absolute_normalized("/" + parent)) {
     checker.fail({"cgroups", "parent"}, -1, "must be a relative, normalized path");
   }
+  auto* caller = config.mutable_caller_limits();
+  if (!caller->has_memory_max_bytes()) caller->set_memory_max_bytes(8ULL << 30);
+  if (!caller->has_pids_max()) caller->set_pids_max(1024);
+  if (!caller->has_cpu_max_percent()) caller->set_cpu_max_percent(400);
+  // A caller must have room for one session of either role (and cgroup v1 refuses a session
+  // cpu quota above its caller's).
+  const auto& core = config.core().limits();
+  const auto& workspace = config.workspace().limits();
+  const auto at_least = [&](const char* field, uint64_t value, uint64_t core_value,
+                            uint64_t workspace_value) {
+    const uint64_t needed = std::max(core_value, workspace_value);
+    if (value < needed) {
+      checker.fail({"caller_limits", field}, -1,
+                   fmt::format("must be at least {}, the largest session limit of a role", needed));
+    }
+  };
+  at_least("memory_max_bytes", caller->memory_max_bytes(), core.memory_max_bytes(),
+           workspace.memory_max_bytes());
+  at_least("pids_max", caller->pids_max(), core.pids_max(), workspace.pids_max());
+  at_least("cpu_max_percent", caller->cpu_max_percent(), core.cpu_max_percent(),
+           workspace.cpu_max_percent());
   return config;
 }
 

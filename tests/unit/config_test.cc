@@ -39,6 +39,29 @@ TEST(Config, DefaultsAreFilledIn) {
   EXPECT_EQ(config.workspace().locale(), "C.UTF-8");
   EXPECT_EQ(config.cgroups().parent(), "pando-helper");
   EXPECT_EQ(config.prestarted_sandboxes(), 2u);
+  // Twice one session's defaults: two sessions' worth per caller.
+  EXPECT_EQ(config.caller_limits().memory_max_bytes(), 8ULL << 30);
+  EXPECT_EQ(config.caller_limits().pids_max(), 1024u);
+  EXPECT_EQ(config.caller_limits().cpu_max_percent(), 400u);
+}
+
+TEST(Config, CallerLimitsMustHoldOneSessionOfEachRole) {
+  EXPECT_EQ(error_of(std::string(kRoles) + "caller_limits { pids_max: 512 }"), "");
+  EXPECT_NE(error_of(std::string(kRoles) + "caller_limits {\n  pids_max: 100\n}")
+                .find("test.conf:5: caller_limits.pids_max: must be at least 512"),
+            std::string::npos)
+      << error_of(std::string(kRoles) + "caller_limits {\n  pids_max: 100\n}");
+  EXPECT_NE(error_of(std::string(kRoles) + "caller_limits { memory_max_bytes: 1048576 }")
+                .find("caller_limits.memory_max_bytes: must be at least 4294967296"),
+            std::string::npos);
+  // A v1 cpu quota above its parent's is refused by the kernel (EINVAL): caught here instead.
+  const std::string text =
+      "core { user: \"c\" argv: \"/bin/sh\" limits { cpu_max_percent: 300 } }\n"
+      "workspace { user: \"w\" argv: \"/bin/sh\" }\n"
+      "caller_limits { cpu_max_percent: 250 }\n";
+  EXPECT_NE(error_of(text).find("test.conf:3: caller_limits.cpu_max_percent: must be at least 300"),
+            std::string::npos)
+      << error_of(text);
 }
 
 TEST(Config, SyntaxErrorNamesLineAndColumn) {
