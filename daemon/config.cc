@@ -87,8 +87,10 @@ bool is_absolute_normalized(const std::string& path) {
 // not. Every existing component must be owned by root and writable by nobody else; a symbolic
 // link counts with everything up to its target. A root-owned sticky directory (like /tmp) may
 // be on the way: others cannot rename or remove root's entries in it. It cannot be the path
-// itself, nor hold a missing part: anyone could create that name first.
-std::string why_not_roots_alone(const std::string& path, int links_left = 8) {
+// itself, nor hold a missing part: anyone could create that name first. `on_the_way`: `path` is
+// where a symbolic link leads, in the middle of the path being checked.
+std::string why_not_roots_alone(const std::string& path, bool on_the_way = false,
+                                int links_left = 8) {
   struct stat st {};
   if (lstat("/", &st) != 0) return fmt::format("/: {}", std::strerror(errno));
   if (st.st_uid != 0 || (st.st_mode & 022) != 0) return "/ is not root's alone";
@@ -96,7 +98,7 @@ std::string why_not_roots_alone(const std::string& path, int links_left = 8) {
   size_t start = 1;
   while (start < path.size()) {
     const size_t end = std::min(path.find('/', start), path.size());
-    const bool last = end == path.size();
+    const bool last = end == path.size() && !on_the_way;
     std::string next = (dir == "/" ? "" : dir) + "/" + path.substr(start, end - start);
     start = end + 1;
     const mode_t dir_mode = st.st_mode;
@@ -114,7 +116,9 @@ std::string why_not_roots_alone(const std::string& path, int links_left = 8) {
       if (real == nullptr) return next + " does not resolve";
       next = real;
       std::free(real);
-      if (std::string why = why_not_roots_alone(next, links_left - 1); !why.empty()) return why;
+      if (std::string why = why_not_roots_alone(next, !last, links_left - 1); !why.empty()) {
+        return why;
+      }
       if (lstat(next.c_str(), &st) != 0) return fmt::format("{}: {}", next, std::strerror(errno));
     }
     const bool sticky_dir = S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) != 0;

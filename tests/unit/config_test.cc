@@ -199,6 +199,14 @@ TEST(Config, RuntimePathsMustBeRootsAloneAllTheWayUp) {
   ASSERT_EQ(lchown((dir.path() + "/to-ok").c_str(), 1, 1), 0);
   error = error_of(with_core_runtime_path(dir.path() + "/to-ok"));
   EXPECT_NE(error.find(dir.path() + "/to-ok is not owned by root"), std::string::npos) << error;
+  // One rule also where a link leads: /tmp on the way is fine, as the path itself it is not.
+  ASSERT_EQ(symlink("/tmp", (dir.path() + "/to-tmp").c_str()), 0);
+  const std::string via_tmp = dir.path() + "/to-tmp/" + dir.path().substr(5) + "/ok";
+  EXPECT_EQ(error_of(with_core_runtime_path(via_tmp)), "");
+  error = error_of(with_core_runtime_path(dir.path() + "/to-tmp"));
+  EXPECT_NE(error.find("core.runtime_paths[1]: /tmp is writable by group or others"),
+            std::string::npos)
+      << error;
   ASSERT_EQ(symlink("nowhere", (dir.path() + "/dangling").c_str()), 0);
   error = error_of(with_core_runtime_path(dir.path() + "/dangling/x"));
   EXPECT_NE(error.find(dir.path() + "/dangling does not resolve"), std::string::npos) << error;
