@@ -109,6 +109,20 @@ std::vector<std::string> lines_with(const std::string& log, const std::string& n
   return out;
 }
 
+// The daemon logs a session's end once it has closed the session, just after the client got
+// its Exit and may have returned: the log is read once it has `count` lines with `needle`.
+std::string log_once(const Daemon& daemon, const std::string& needle, size_t count = 1) {
+  eventually([&] { return lines_with(daemon.log(), needle).size() >= count; }, 5s);
+  return daemon.log();
+}
+
+// The session_ended line of a session id, read likewise.
+std::optional<std::string> ended_line_once(const Daemon& daemon, const std::string& id) {
+  std::optional<std::string> line;
+  eventually([&] { return (line = session_ended_line(daemon.log(), id)).has_value(); }, 5s);
+  return line;
+}
+
 // The raw JSON value of a top-level key in one log line (numbers, true/false, "strings").
 std::string json_value(const std::string& line, const std::string& key) {
   const std::string marker = "\"" + key + "\":";
@@ -247,7 +261,7 @@ TEST_F(LifecycleTest, ForkBombStopsAtPidsMaxWhileOthersKeepWorking) {
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 9);
   EXPECT_NE(bomb->err().find("process limit (64 processes)"), std::string::npos) << bomb->err();
-  const auto ended = session_ended_line(daemon_->log(), session_id_of(pids));
+  const auto ended = ended_line_once(*daemon_, session_id_of(pids));
   ASSERT_TRUE(ended.has_value()) << daemon_->log();
   std::printf("bomb client stderr: %s%s\n", bomb->err().c_str(), ended->c_str());
   EXPECT_EQ(json_value(*ended, "reason"), "END_PIDS_LIMIT") << *ended;
@@ -282,7 +296,7 @@ TEST_F(LifecycleTest, MemoryHogIsOomKilledInItsSessionOnly) {
   EXPECT_EQ(hog.out, "hog-start\n");
   EXPECT_NE(hog.err.find("memory limit 64 MiB reached"), std::string::npos) << hog.err;
 
-  const auto log = daemon_->log();
+  const auto log = log_once(*daemon_, "\"reason\":\"END_MEMORY_LIMIT\"");
   const auto ended_lines = lines_with(log, "\"reason\":\"END_MEMORY_LIMIT\"");
   ASSERT_EQ(ended_lines.size(), 1u) << log;
   std::printf("hog client stderr: %s%s\n", hog.err.c_str(), ended_lines[0].c_str());
@@ -333,7 +347,7 @@ TEST_F(LifecycleTest, CpuHogIsHeldNearItsQuota) {
   const int status = hog->wait(20s);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT);
-  const auto ended = session_ended_line(daemon_->log(), session_id_of(cpu));
+  const auto ended = ended_line_once(*daemon_, session_id_of(cpu));
   ASSERT_TRUE(ended.has_value()) << daemon_->log();
   const uint64_t cpu_usec = json_u64(*ended, "cpu_usage_usec");
   const uint64_t duration_ms = json_u64(*ended, "duration_ms");
@@ -390,7 +404,10 @@ TEST_F(LifecycleTest, ThousandSessionsLeaveNothingBehind) {
     return out;
   };
   EXPECT_EQ(mine(host_mounts()), mine(mounts_before));
-  EXPECT_EQ(lines_with(daemon_->log(), "security_helper_daemon_session_ended").size(), 1005u);
+  EXPECT_EQ(lines_with(log_once(*daemon_, "security_helper_daemon_session_ended", 1005),
+                       "security_helper_daemon_session_ended")
+                .size(),
+            1005u);
   EXPECT_TRUE(lines_with(daemon_->log(), "\"level\":\"error\"").empty());
 }
 
@@ -523,7 +540,8 @@ TEST_F(LifecycleTest, SessionEndIsAccountedInTheLog) {
          "while [ $i -lt 20000 ]; do i=$((i+1)); done; echo done");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "done\n");
-  const auto ended = lines_with(daemon_->log(), "security_helper_daemon_session_ended");
+  const auto ended = lines_with(log_once(*daemon_, "security_helper_daemon_session_ended"),
+                                "security_helper_daemon_session_ended");
   ASSERT_EQ(ended.size(), 1u) << daemon_->log();
   const std::string& line = ended[0];
   std::printf("%s\n", line.c_str());
