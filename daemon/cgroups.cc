@@ -18,6 +18,7 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include "common/json_log.h"
 
@@ -26,6 +27,7 @@ namespace pando::daemon {
 namespace {
 
 constexpr std::string_view kSessionPrefix = "session-";
+constexpr std::string_view kCallerPrefix = "caller-";
 constexpr uint64_t kCpuPeriodUsec = 100000;
 constexpr std::array<std::string_view, 3> kUnifiedControllers = {"memory", "pids", "cpu"};
 
@@ -193,6 +195,58 @@ std::vector<std::string> enable_controllers(const std::string& dir,
     }
   }
   return enabled;
+}
+
+// The memory, pids and cpu limits of one directory (zero: no limit), for the controllers it has.
+void write_limits(const SessionCgroup::Dir& d, uint64_t memory_max, uint32_t pids_max,
+                  uint32_t cpu_max_percent) {
+  const std::string& p = d.path;
+  const std::string pids = pids_max == 0 ? std::string("max") : std::to_string(pids_max);
+  if (d.unified) {
+    if (d.memory) {
+      write_value(p + "/memory.max",
+                  memory_max == 0 ? std::string("max") : std::to_string(memory_max));
+    }
+    if (d.pids) write_value(p + "/pids.max", pids);
+    if (d.cpu) write_value(p + "/cpu.max", cgroup_text::cpu_max_line(cpu_max_percent));
+    return;
+  }
+  if (d.memory && memory_max != 0) {
+    write_value(p + "/memory.limit_in_bytes", std::to_string(memory_max));
+  }
+  if (d.pids) write_value(p + "/pids.max", pids);
+  if (d.cpu && cpu_max_percent != 0) {
+    write_value(p + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUsec));
+    write_value(p + "/cpu.cfs_quota_us",
+                std::to_string(uint64_t{cpu_max_percent} * kCpuPeriodUsec / 100));
+  }
+}
+
+// Names of the subdirectories of `dir` for which `wanted` holds; none when `dir` is gone.
+std::vector<std::string> subdirs(const std::string& dir,
+                                 const std::function<bool(std::string_view)>& wanted) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (!d) {
+    if (errno == ENOENT) return out;
+    throw_errno("opendir " + dir, errno);
+  }
+  while (dirent* e = readdir(d)) {
+    if (e->d_type == DT_DIR && wanted(e->d_name)) out.emplace_back(e->d_name);
+  }
+  closedir(d);
+  return out;
+}
+
+bool is_session_name(std::string_view name) {
+  return name.starts_with(kSessionPrefix) &&
+         cgroup_text::valid_session_id(name.substr(kSessionPrefix.size()));
+}
+
+bool is_caller_name(std::string_view name) {
+  std::string_view uid = name.substr(std::min(name.size(), kCallerPrefix.size()));
+  return name.starts_with(kCallerPrefix) && !uid.empty() && uid.size() <= 10 &&
+         std::all_of(uid.begin(), uid.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 }  // namespace
@@ -364,8 +418,12 @@ std::optional<uint64_t> keyed_value(std::string_view text, std::string_view key)
 // ---------------------------------------------------------------------------------------------
 // SessionCgroup
 
-SessionCgroup::SessionCgroup(std::string name, std::vector<Dir> dirs)
-    : name_(std::move(name)), dirs_(std::move(dirs)) {
+SessionCgroup::SessionCgroup(std::string name, std::vector<Dir> dirs,
+                             std::shared_ptr<CallerCgroup> caller)
+    : name_(std::move(name)), dirs_(std::move(dirs)), caller_(std::move(caller)) {
+  if (caller_) {
+    std::tie(caller_memory_events_base_, caller_pids_events_base_) = caller_->limit_counters();
+  }
   for (const auto& d : dirs_) {
     if (!d.unified) continue;
     unified_fd_ = open(d.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -610,6 +668,28 @@ void SessionCgroup::read_usage(SessionUsage& u, bool limit_events_only) const {
     }
     if (d.pids) u.pids_limit_hit = read_keyed(p + "/pids.events", "max").value_or(0) > 0;
   }
+  if (!caller_) return;
+  const auto [memory_events, pids_events] = caller_->limit_counters();
+  if (u.oom_killed && memory_events > caller_memory_events_base_) {
+    bool own_limit = false;
+    for (const auto& d : dirs_) {
+      if (!d.memory) continue;
+      own_limit = own_limit || (d.unified ? read_keyed(d.path + "/memory.events", "oom")
+                                          : read_u64(d.path + "/memory.failcnt"))
+                                       .value_or(0) > 0;
+    }
+    u.caller_memory_limit_hit = !own_limit;
+  }
+  u.caller_pids_limit_hit = pids_events > caller_pids_events_base_;
+  for (const auto& d : dirs_) {
+    if (!d.pids || !u.pids_limit_hit) continue;
+    // The fork failed in this session short of its own pids.max: at a limit above it.
+    auto peak = read_u64(d.path + "/pids.peak");
+    auto max = read_if_exists(d.path + "/pids.max");
+    if (peak && max && !max->starts_with("max") && *peak < parse_u64(*max, d.path + "/pids.max")) {
+      u.caller_pids_limit_hit = true;
+    }
+  }
 }
 
 bool SessionCgroup::remove() noexcept {
@@ -625,6 +705,7 @@ bool SessionCgroup::remove() noexcept {
   }
   if (all) {
     removed_ = true;
+    caller_.reset();
     if (unified_fd_ >= 0) {
       close(unified_fd_);
       unified_fd_ = -1;
@@ -639,6 +720,36 @@ std::vector<std::string> SessionCgroup::dirs() const {
   std::vector<std::string> out;
   for (const auto& d : dirs_) out.push_back(d.path);
   return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CallerCgroup
+
+CallerCgroup::~CallerCgroup() {
+  for (const auto& d : dirs_) {
+    if (rmdir(d.path.c_str()) == 0 || errno == ENOENT) continue;
+    log::warn("cgroup_left_behind",
+              {{"cgroup", d.path}, {"reason", std::string(std::strerror(errno))}});
+  }
+}
+
+std::pair<uint64_t, uint64_t> CallerCgroup::limit_counters() const noexcept {
+  uint64_t memory = 0;
+  uint64_t pids = 0;
+  try {
+    for (const auto& d : dirs_) {
+      if (d.memory) {
+        memory = (d.unified ? read_keyed(d.path + "/memory.events.local", "oom")
+                            : read_u64(d.path + "/memory.failcnt"))
+                     .value_or(0);
+      }
+      if (d.pids && d.unified) pids = read_keyed(d.path + "/pids.events.local", "max").value_or(0);
+    }
+  } catch (const std::exception& e) {
+    log::error("cgroup_read_failed", {{"cgroup", dirs_.empty() ? std::string() : dirs_[0].path},
+                                      {"error", std::string(e.what())}});
+  }
+  return {memory, pids};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -834,25 +945,20 @@ std::unique_ptr<SessionCgroup> CgroupManager::adopt(const std::string& name) con
     d.path = p.path + "/" + name;
     if (exists(d.path)) dirs.push_back(d);
   }
-  return std::unique_ptr<SessionCgroup>(new SessionCgroup(name, std::move(dirs)));
+  return std::unique_ptr<SessionCgroup>(new SessionCgroup(name, std::move(dirs), nullptr));
 }
 
 std::vector<std::string> CgroupManager::remove_stale_sessions() {
-  std::set<std::string> names;
+  std::set<std::string> names;  // below the parents: session-<id> or caller-<uid>/session-<id>
+  std::set<std::string> callers;
   for (const auto& p : parents_) {
-    DIR* dir = opendir(p.path.c_str());
-    if (!dir) {
-      if (errno == ENOENT) continue;
-      throw_errno("opendir " + p.path, errno);
-    }
-    while (dirent* e = readdir(dir)) {
-      std::string_view n = e->d_name;
-      if (e->d_type == DT_DIR && n.starts_with(kSessionPrefix) &&
-          cgroup_text::valid_session_id(n.substr(kSessionPrefix.size()))) {
-        names.emplace(n);
+    for (const auto& name : subdirs(p.path, is_session_name)) names.insert(name);
+    for (const auto& caller : subdirs(p.path, is_caller_name)) {
+      callers.insert(caller);
+      for (const auto& name : subdirs(p.path + "/" + caller, is_session_name)) {
+        names.insert(caller + "/" + name);
       }
     }
-    closedir(dir);
   }
   std::vector<std::string> removed;
   for (const auto& name : names) {
@@ -866,64 +972,82 @@ std::vector<std::string> CgroupManager::remove_stale_sessions() {
       log::warn("cgroup_left_behind", {{"cgroup", name}, {"reason", std::string(e.what())}});
     }
   }
+  for (const auto& caller : callers) {
+    std::vector<SessionCgroup::Dir> dirs;
+    for (const auto& p : parents_) dirs.push_back({.path = p.path + "/" + caller});
+    const CallerCgroup stale(std::move(dirs));  // its destructor removes them, or logs why not
+  }
   return removed;
 }
 
+std::shared_ptr<CallerCgroup> CgroupManager::caller_cgroup(uid_t caller,
+                                                           const CallerLimits& limits) {
+  if (auto it = callers_.find(caller); it != callers_.end()) {
+    if (auto live = it->second.lock()) return live;
+  }
+  std::erase_if(callers_, [](const auto& entry) { return entry.second.expired(); });
+  std::vector<SessionCgroup::Dir> dirs;
+  for (const auto& p : parents_) {
+    SessionCgroup::Dir d = p;
+    d.path = fmt::format("{}/{}{}", p.path, kCallerPrefix, caller);
+    dirs.push_back(d);
+  }
+  // Owned before anything is made: a failure below removes what was.
+  std::shared_ptr<CallerCgroup> cgroup(new CallerCgroup(dirs));
+  for (const auto& d : dirs) {
+    // One left by a removal that failed is taken over, its limits written anew.
+    make_dir(d.path);
+    write_limits(d, limits.memory_max_bytes, limits.pids_max, limits.cpu_max_percent);
+    // No memory.oom.group here: an OOM at the caller's limit takes the session it hits (whose
+    // memory.oom.group is set), not every session of the caller.
+    if (d.unified) {
+      for (auto [enabled, controller] :
+           {std::pair{d.memory, "+memory"}, std::pair{d.pids, "+pids"}, std::pair{d.cpu, "+cpu"}}) {
+        if (enabled) write_value(d.path + "/cgroup.subtree_control", controller);
+      }
+    }
+  }
+  callers_[caller] = cgroup;
+  return cgroup;
+}
+
 std::unique_ptr<SessionCgroup> CgroupManager::create_session(const std::string& session_id,
-                                                             const SessionLimits& limits) {
+                                                             uid_t caller,
+                                                             const SessionLimits& limits,
+                                                             const CallerLimits& caller_limits) {
   if (mode_ == CgroupMode::kNone) {
     throw std::runtime_error("no usable cgroup controllers: " + detail_);
   }
   if (!cgroup_text::valid_session_id(session_id)) {
     throw std::invalid_argument("invalid session id '" + session_id + "'");
   }
+  std::shared_ptr<CallerCgroup> shared = caller_cgroup(caller, caller_limits);
   const std::string name = std::string(kSessionPrefix) + session_id;
   std::vector<SessionCgroup::Dir> created;
   try {
-    for (const auto& p : parents_) {
-      SessionCgroup::Dir d = p;
-      d.path = p.path + "/" + name;
+    for (const auto& parent : shared->dirs_) {
+      SessionCgroup::Dir d = parent;
+      d.path = parent.path + "/" + name;
       if (!make_dir(d.path)) throw_errno("mkdir " + d.path, EEXIST);
       created.push_back(d);
     }
     for (const auto& d : created) {
+      write_limits(d, limits.memory_max_bytes, limits.pids_max, limits.cpu_max_percent);
       const std::string& p = d.path;
-      if (d.unified) {
-        if (d.memory) {
-          write_value(p + "/memory.max", limits.memory_max_bytes == 0
-                                             ? std::string("max")
-                                             : std::to_string(limits.memory_max_bytes));
-          if (exists(p + "/memory.swap.max")) {
-            write_value(p + "/memory.swap.max", std::to_string(limits.swap_max_bytes));
-          }
-          write_value(p + "/memory.oom.group", "1");
+      if (d.unified && d.memory) {
+        if (exists(p + "/memory.swap.max")) {
+          write_value(p + "/memory.swap.max", std::to_string(limits.swap_max_bytes));
         }
-        if (d.pids) {
-          write_value(p + "/pids.max",
-                      limits.pids_max == 0 ? std::string("max") : std::to_string(limits.pids_max));
-        }
-        if (d.cpu) write_value(p + "/cpu.max", cgroup_text::cpu_max_line(limits.cpu_max_percent));
-        continue;
+        write_value(p + "/memory.oom.group", "1");
       }
-      if (d.memory && limits.memory_max_bytes != 0) {
-        write_value(p + "/memory.limit_in_bytes", std::to_string(limits.memory_max_bytes));
-        // memsw bounds memory+swap and must not be below limit_in_bytes, so it goes second.
-        if (exists(p + "/memory.memsw.limit_in_bytes")) {
-          write_value(p + "/memory.memsw.limit_in_bytes",
-                      std::to_string(limits.memory_max_bytes + limits.swap_max_bytes));
-        }
-      }
-      if (d.pids) {
-        write_value(p + "/pids.max",
-                    limits.pids_max == 0 ? std::string("max") : std::to_string(limits.pids_max));
-      }
-      if (d.cpu && limits.cpu_max_percent != 0) {
-        write_value(p + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUsec));
-        write_value(p + "/cpu.cfs_quota_us",
-                    std::to_string(uint64_t{limits.cpu_max_percent} * kCpuPeriodUsec / 100));
+      // memsw bounds memory+swap and must not be below limit_in_bytes, so it goes second.
+      if (!d.unified && d.memory && limits.memory_max_bytes != 0 &&
+          exists(p + "/memory.memsw.limit_in_bytes")) {
+        write_value(p + "/memory.memsw.limit_in_bytes",
+                    std::to_string(limits.memory_max_bytes + limits.swap_max_bytes));
       }
     }
-    return std::unique_ptr<SessionCgroup>(new SessionCgroup(name, created));
+    return std::unique_ptr<SessionCgroup>(new SessionCgroup(name, created, shared));
   } catch (...) {
     for (const auto& d : created) rmdir(d.path.c_str());
     throw;
@@ -932,13 +1056,17 @@ std::unique_ptr<SessionCgroup> CgroupManager::create_session(const std::string& 
 
 SessionLimits CgroupManager::limits_from_config(
     const pando::helper::config::v1::ResourceLimits& limits) {
-  SessionLimits out;
-  out.memory_max_bytes =
-      limits.has_memory_max_bytes() ? limits.memory_max_bytes() : uint64_t{4} << 30;
-  out.swap_max_bytes = limits.has_swap_max_bytes() ? limits.swap_max_bytes() : 0;
-  out.pids_max = limits.has_pids_max() ? limits.pids_max() : 512;
-  out.cpu_max_percent = limits.has_cpu_max_percent() ? limits.cpu_max_percent() : 200;
-  return out;
+  return {.memory_max_bytes = limits.memory_max_bytes(),
+          .swap_max_bytes = limits.swap_max_bytes(),
+          .pids_max = limits.pids_max(),
+          .cpu_max_percent = limits.cpu_max_percent()};
+}
+
+CallerLimits CgroupManager::caller_limits_from_config(
+    const pando::helper::config::v1::CallerLimits& limits) {
+  return {.memory_max_bytes = limits.memory_max_bytes(),
+          .pids_max = limits.pids_max(),
+          .cpu_max_percent = limits.cpu_max_percent()};
 }
 
 }  // namespace pando::daemon

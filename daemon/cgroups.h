@@ -2,13 +2,14 @@
 
 // Session cgroups: resource limits, accounting and reliable teardown for each launched session.
 //
-// Three host layouts are handled:
+// Each session's cgroup lies in its caller's, caller-<uid>, which carries the caller limits:
+// all live sessions of one user together stay within them. Three host layouts are handled:
 //  - cgroup v2 delegated by systemd (Delegate=yes): the daemon moves itself into <unit>/daemon,
-//    enables memory/pids/cpu on <unit>, and creates <unit>/sessions/session-<id>.
-//  - cgroup v2 without delegation: sessions go to <v2 root>/<parent>/session-<id>.
+//    enables memory/pids/cpu on <unit>, and creates <unit>/sessions/caller-<uid>/session-<id>.
+//  - cgroup v2 without delegation: sessions go to <v2 root>/<parent>/caller-<uid>/session-<id>.
 //  - cgroup v1 (legacy or hybrid hosts whose cgroup2 mount carries no memory/pids controller):
-//    one directory <hierarchy>/<parent>/session-<id> in each of the memory, pids, cpu, cpuacct
-//    and freezer hierarchies.
+//    one directory <hierarchy>/<parent>/caller-<uid>/session-<id> in each of the memory, pids,
+//    cpu, cpuacct and freezer hierarchies.
 // Every call is synchronous and returns within a few milliseconds except wait_empty(), whose
 // bound the caller chooses. Nothing here is thread-safe; the daemon is single-threaded.
 
@@ -16,10 +17,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "proto/config.pb.h"
@@ -36,6 +39,13 @@ struct SessionLimits {
   uint32_t cpu_max_percent = 0;
 };
 
+// Zero means "no limit", as for SessionLimits.
+struct CallerLimits {
+  uint64_t memory_max_bytes = 0;
+  uint32_t pids_max = 0;
+  uint32_t cpu_max_percent = 0;
+};
+
 // Fields the host cannot report stay zero/false.
 struct SessionUsage {
   uint64_t memory_peak_bytes = 0;
@@ -44,7 +54,16 @@ struct SessionUsage {
   bool oom_killed = false;        // the kernel OOM-killed at least one process of the session
   bool pids_limit_hit = false;    // a fork/clone failed because of pids.max
   bool memory_limit_hit = false;  // usage reached the memory limit at least once
+  // Since the session began, its caller's memory limit was reached (v2: an OOM there; v1: a
+  // failed charge there) while the session's own was not: an OOM kill was the caller limit's.
+  bool caller_memory_limit_hit = false;
+  // Since the session began, a fork failed at its caller's pids.max. v2 (kernel >= 6.12) counts
+  // this per caller only, so every session of the caller running then sees it; elsewhere the
+  // session's own pids.events counts it, and its pids.peak below its pids.max shows whose.
+  bool caller_pids_limit_hit = false;
 };
+
+class CallerCgroup;
 
 // The cgroup directories of one session. Created by CgroupManager; the destructor is a safety
 // net that kills what is left and tries to remove the directories (logging on failure). The
@@ -89,7 +108,8 @@ class SessionCgroup {
   SessionUsage limit_events() const noexcept;
 
   // rmdir every directory. Returns false while a directory still has processes (EBUSY) or on
-  // another error (logged). Already-removed directories count as removed.
+  // another error (logged). Already-removed directories count as removed. Once all are gone,
+  // lets go of the caller cgroup, which goes with the caller's last session.
   bool remove() noexcept;
 
   // One line naming the directories, for logs.
@@ -110,7 +130,7 @@ class SessionCgroup {
 
  private:
   friend class CgroupManager;
-  SessionCgroup(std::string name, std::vector<Dir> dirs);
+  SessionCgroup(std::string name, std::vector<Dir> dirs, std::shared_ptr<CallerCgroup> caller);
 
   std::vector<pid_t> listed_pids() const;
   bool empty() const;
@@ -122,9 +142,33 @@ class SessionCgroup {
 
   std::string name_;
   std::vector<Dir> dirs_;
+  std::shared_ptr<CallerCgroup> caller_;    // null for a stale session adopted at start
+  uint64_t caller_memory_events_base_ = 0;  // the caller's counters when the session began
+  uint64_t caller_pids_events_base_ = 0;
   int unified_fd_ = -1;
   bool removed_ = false;
   mutable uint64_t pids_seen_ = 0;  // fallback for kernels without pids.peak
+};
+
+// The cgroup of one caller (uid), shared by the cgroups of all its live sessions, which keep it
+// alive. The destructor removes its directories (it comes after the last session's removal);
+// one that stays busy is logged and left for the next daemon start.
+class CallerCgroup {
+ public:
+  ~CallerCgroup();
+  CallerCgroup(const CallerCgroup&) = delete;
+  CallerCgroup& operator=(const CallerCgroup&) = delete;
+
+  // Limit events so far: v2 memory.events.local "oom" (OOMs at this cgroup's own memory.max) and
+  // pids.events.local "max" (forks refused at its own pids.max; kernels >= 6.12); v1 the
+  // memory.failcnt. Zero where unreadable.
+  std::pair<uint64_t, uint64_t> limit_counters() const noexcept;
+
+ private:
+  friend class CgroupManager;
+  explicit CallerCgroup(std::vector<SessionCgroup::Dir> dirs) : dirs_(std::move(dirs)) {}
+
+  std::vector<SessionCgroup::Dir> dirs_;
 };
 
 class CgroupManager {
@@ -160,30 +204,42 @@ class CgroupManager {
   // pids cpu" or "v1: memory,pids,cpu,cpuacct,freezer under /pando-helper".
   const std::string& detail() const { return detail_; }
 
-  // Directories holding the session directories (one per hierarchy; empty in kNone mode).
+  // Directories holding the caller directories, which hold the session directories (one per
+  // hierarchy; empty in kNone mode).
   std::vector<std::string> session_parent_dirs() const;
 
-  // At daemon start: kills and removes every session-* cgroup left by a previous instance.
-  // Returns the names removed; a directory that stays busy is logged and left for next time.
-  // Throws std::runtime_error only when a parent directory cannot be listed.
+  // At daemon start: kills and removes every caller-<uid>/session-* (and, from older versions,
+  // session-*) cgroup left by a previous instance, then the caller-<uid> directories. Returns
+  // the names removed ("caller-1000/session-ab12", "session-cd34"); a directory that stays busy
+  // is logged and left for next time. Throws std::runtime_error only when a directory cannot be
+  // listed.
   std::vector<std::string> remove_stale_sessions();
 
-  // Creates the session's directories and writes its limits. Throws std::invalid_argument
-  // for a bad session id, std::runtime_error (path + errno) for any failed step, and in
-  // kNone mode; partially created directories are removed before throwing.
-  std::unique_ptr<SessionCgroup> create_session(const std::string& session_id,
-                                                const SessionLimits& limits);
+  // Creates the session's directories in the caller's cgroup and writes its limits. The
+  // caller's cgroup is made (with `caller_limits`) when the caller has no live session cgroup,
+  // else shared. Throws std::invalid_argument for a bad session id, std::runtime_error (path +
+  // errno) for any failed step, and in kNone mode; partially created directories are removed
+  // before throwing.
+  std::unique_ptr<SessionCgroup> create_session(const std::string& session_id, uid_t caller,
+                                                const SessionLimits& limits,
+                                                const CallerLimits& caller_limits);
 
-  // Defaults: 4 GiB memory, no swap, 512 pids, 200% cpu.
+  // Field by field; an unset one is no limit. The defaults are config.cc's to fill in.
   static SessionLimits limits_from_config(const pando::helper::config::v1::ResourceLimits& limits);
+  static CallerLimits caller_limits_from_config(
+      const pando::helper::config::v1::CallerLimits& limits);
 
  private:
   CgroupManager() = default;
   std::unique_ptr<SessionCgroup> adopt(const std::string& name) const;
+  std::shared_ptr<CallerCgroup> caller_cgroup(uid_t caller, const CallerLimits& limits);
 
   CgroupMode mode_ = CgroupMode::kNone;
   std::string detail_;
-  std::vector<SessionCgroup::Dir> parents_;  // where session dirs go, with their controllers
+  std::vector<SessionCgroup::Dir> parents_;  // where caller dirs go, with their controllers
+  // Caller cgroups while a session cgroup holds them. Only the daemon's one thread makes and
+  // drops them, so a caller's cgroup is never removed while its next session is being made.
+  std::map<uid_t, std::weak_ptr<CallerCgroup>> callers_;
 };
 
 // Pure helpers, exposed for unit tests.

@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "proto/request_validation.h"
@@ -82,12 +84,71 @@ bool is_absolute_normalized(const std::string& path) {
   return wire::check_project_root_string(path).code == pando::helper::v1::ERROR_UNSPECIFIED;
 }
 
+// Empty when only root can change what the absolute, normalized `path` names; otherwise why
+// not. Every existing component must be owned by root and writable by nobody else; a symbolic
+// link counts with everything up to its target. A root-owned sticky directory (like /tmp) may
+// be on the way: others cannot rename or remove root's entries in it. It cannot be the path
+// itself, nor hold a missing part: anyone could create that name first. `on_the_way`: `path` is
+// where a symbolic link leads, in the middle of the path being checked.
+std::string why_not_roots_alone(const std::string& path, bool on_the_way = false,
+                                int links_left = 8) {
+  struct stat st {};
+  if (lstat("/", &st) != 0) return fmt::format("/: {}", std::strerror(errno));
+  if (st.st_uid != 0 || (st.st_mode & 022) != 0) return "/ is not root's alone";
+  std::string dir = "/";
+  size_t start = 1;
+  while (start < path.size()) {
+    const size_t end = std::min(path.find('/', start), path.size());
+    const bool last = end == path.size() && !on_the_way;
+    std::string next = (dir == "/" ? "" : dir) + "/" + path.substr(start, end - start);
+    start = end + 1;
+    const mode_t dir_mode = st.st_mode;
+    if (lstat(next.c_str(), &st) != 0) {
+      if (errno != ENOENT) return fmt::format("{}: {}", next, std::strerror(errno));
+      if ((dir_mode & 022) != 0) {
+        return fmt::format("{} does not exist and {} is writable by group or others", next, dir);
+      }
+      return "";
+    }
+    if (st.st_uid != 0) return next + " is not owned by root";
+    if (S_ISLNK(st.st_mode)) {
+      if (links_left == 0) return next + ": too many symbolic links";
+      char* real = realpath(next.c_str(), nullptr);
+      if (real == nullptr) return next + " does not resolve";
+      next = real;
+      std::free(real);
+      if (std::string why = why_not_roots_alone(next, !last, links_left - 1); !why.empty()) {
+        return why;
+      }
+      if (lstat(next.c_str(), &st) != 0) return fmt::format("{}: {}", next, std::strerror(errno));
+    }
+    const bool sticky_dir = S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX) != 0;
+    if ((st.st_mode & 022) != 0 && (last || !sticky_dir)) {
+      return next + " is writable by group or others";
+    }
+    dir = next;
+  }
+  return "";
+}
+
+// What the config names to run or to show the roles must stay as root left it.
+void check_roots_alone(const Checker& checker, const std::vector<std::string>& field, int index,
+                       const std::string& path) {
+  if (std::string why = why_not_roots_alone(path); !why.empty()) {
+    checker.fail(field, index,
+                 why +
+                     ": each directory on the way and the path itself must be owned by root "
+                     "and writable only by root");
+  }
+}
+
 void check_role(const Checker& checker, const std::string& name, RoleConfig* role) {
   if (role->user().empty()) checker.fail({name, "user"}, -1, "must name the role's user");
   if (role->argv().empty()) checker.fail({name, "argv"}, -1, "must give the command to run");
   if (!is_absolute_normalized(role->argv(0))) {
     checker.fail({name, "argv"}, 0, "the program must be an absolute, normalized path");
   }
+  check_roots_alone(checker, {name, "argv"}, 0, role->argv(0));
   // Each runtime path travels to the launcher as one fd of the plan message.
   if (role->runtime_paths_size() > kMaxRuntimePaths) {
     checker.fail({name, "runtime_paths"}, -1,
@@ -97,6 +158,7 @@ void check_role(const Checker& checker, const std::string& name, RoleConfig* rol
     if (!is_absolute_normalized(role->runtime_paths(i))) {
       checker.fail({name, "runtime_paths"}, i, "must be an absolute, normalized path");
     }
+    check_roots_alone(checker, {name, "runtime_paths"}, i, role->runtime_paths(i));
   }
   for (int i = 0; i < role->hidden_files_size(); ++i) {
     const std::string& pattern = role->hidden_files(i);
@@ -197,6 +259,7 @@ DaemonConfig parse_config(const std::string& text, const std::string& origin) {
   if (!is_absolute_normalized(config.sandbox_helper_path())) {
     checker.fail({"sandbox_helper_path"}, -1, "must be an absolute, normalized path");
   }
+  check_roots_alone(checker, {"sandbox_helper_path"}, -1, config.sandbox_helper_path());
   if (!config.has_core()) checker.fail({"core"}, -1, "the core role must be configured");
   if (!config.has_workspace())
     checker.fail({"workspace"}, -1, "the workspace role must be configured");
@@ -208,6 +271,27 @@ DaemonConfig parse_config(const std::string& text, const std::string& origin) {
   if (parent.empty() || parent.front() == '/' || !is_absolute_normalized("/" + parent)) {
     checker.fail({"cgroups", "parent"}, -1, "must be a relative, normalized path");
   }
+  auto* caller = config.mutable_caller_limits();
+  if (!caller->has_memory_max_bytes()) caller->set_memory_max_bytes(8ULL << 30);
+  if (!caller->has_pids_max()) caller->set_pids_max(1024);
+  if (!caller->has_cpu_max_percent()) caller->set_cpu_max_percent(400);
+  // A caller must have room for one session of either role (and cgroup v1 refuses a session
+  // cpu quota above its caller's).
+  const auto& core = config.core().limits();
+  const auto& workspace = config.workspace().limits();
+  const auto at_least = [&](const char* field, uint64_t value, uint64_t core_value,
+                            uint64_t workspace_value) {
+    const uint64_t needed = std::max(core_value, workspace_value);
+    if (value < needed) {
+      checker.fail({"caller_limits", field}, -1,
+                   fmt::format("must be at least {}, the largest session limit of a role", needed));
+    }
+  };
+  at_least("memory_max_bytes", caller->memory_max_bytes(), core.memory_max_bytes(),
+           workspace.memory_max_bytes());
+  at_least("pids_max", caller->pids_max(), core.pids_max(), workspace.pids_max());
+  at_least("cpu_max_percent", caller->cpu_max_percent(), core.cpu_max_percent(),
+           workspace.cpu_max_percent());
   return config;
 }
 

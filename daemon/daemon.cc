@@ -268,7 +268,7 @@ void Daemon::release_session(uid_t uid) {
 }
 
 std::unique_ptr<SessionCgroup> Daemon::create_session_cgroup(const std::string& session_id,
-                                                             const RoleConfig& role) {
+                                                             uid_t caller, const RoleConfig& role) {
   if (cgroups_->mode() == CgroupMode::kNone) {
     if (!config_.cgroups().allow_unlimited()) {
       throw std::runtime_error("no usable cgroup controller (" + cgroups_->detail() +
@@ -278,7 +278,9 @@ std::unique_ptr<SessionCgroup> Daemon::create_session_cgroup(const std::string& 
     log::warn("session_without_limits", {{"session", session_id}, {"detail", cgroups_->detail()}});
     return nullptr;
   }
-  return cgroups_->create_session(session_id, CgroupManager::limits_from_config(role.limits()));
+  return cgroups_->create_session(
+      session_id, caller, CgroupManager::limits_from_config(role.limits()),
+      CgroupManager::caller_limits_from_config(config_.caller_limits()));
 }
 
 StartedSandbox Daemon::take_sandbox() { return pool_->take(); }

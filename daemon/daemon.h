@@ -59,7 +59,7 @@ class Daemon {
   std::optional<wire::RequestError> reserve_session(uid_t uid);
   void release_session(uid_t uid);
   // nullptr when cgroups are unusable and the config allows running without limits.
-  std::unique_ptr<SessionCgroup> create_session_cgroup(const std::string& session_id,
+  std::unique_ptr<SessionCgroup> create_session_cgroup(const std::string& session_id, uid_t caller,
                                                        const RoleConfig& role);
   void defer_cgroup_removal(std::unique_ptr<SessionCgroup> cgroup);
   void session_closed(Session* session);

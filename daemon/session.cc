@@ -300,7 +300,7 @@ std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& requ
     return wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};
   }
   try {
-    cgroup_ = daemon_.create_session_cgroup(id_, role_config);
+    cgroup_ = daemon_.create_session_cgroup(id_, peer_.uid, role_config);
   } catch (const std::exception& e) {
     return wire::RequestError{v1::ERROR_CGROUP_UNAVAILABLE, e.what()};
   }
@@ -752,16 +752,27 @@ v1::Exit Session::build_exit(const SessionUsage& usage) const {
   const bool role_killed =
       !role_exit_ || (role_exit_->has_signal() && role_exit_->signal() == SIGKILL);
   const auto& limits = daemon_.role_config(role_).limits();
+  const auto& caller_limits = daemon_.config().caller_limits();
+  // Which memory limit: the session's own, or the one all sessions of the caller share.
+  const std::string memory_limit =
+      usage.caller_memory_limit_hit
+          ? fmt::format("the memory limit of all sessions of uid {} ({} MiB)", peer_.uid,
+                        caller_limits.memory_max_bytes() >> 20)
+          : fmt::format("memory limit {} MiB", limits.memory_max_bytes() >> 20);
   v1::EndReason reason = end_reason_;
   std::string message = end_message_;
   if (reason == v1::END_CHILD_EXITED) {
     if (usage.oom_killed && role_killed) {
       reason = v1::END_MEMORY_LIMIT;
-      message = fmt::format("{} session killed: memory limit {} MiB reached", role_,
-                            limits.memory_max_bytes() >> 20);
+      message = fmt::format("{} session killed: {} reached", role_, memory_limit);
     } else if (usage.oom_killed) {
-      message = fmt::format("a process of the {} session was killed by the memory limit ({} MiB)",
-                            role_, limits.memory_max_bytes() >> 20);
+      message =
+          fmt::format("a process of the {} session was killed by the {}", role_, memory_limit);
+    } else if (usage.caller_pids_limit_hit) {
+      reason = v1::END_PIDS_LIMIT;
+      message = fmt::format(
+          "{} session ran into the process limit of all sessions of uid {} ({} processes)", role_,
+          peer_.uid, caller_limits.pids_max());
     } else if (usage.pids_limit_hit) {
       reason = v1::END_PIDS_LIMIT;
       message =

@@ -676,23 +676,41 @@ std::map<std::string, std::string> parse_probe_lines(const std::string& text) {
 
 std::string cgroup_parent_name() { return "pandotest-i" + std::to_string(getpid()); }
 
-std::vector<std::string> session_cgroup_dirs() {
-  std::set<std::string> dirs;
+namespace {
+
+// Subdirectories of `dir` whose names start with `prefix`, each by its canonical path (cpu and
+// cpuacct are often one hierarchy reached through two symlinked names).
+void add_dirs_named(const fs::path& dir, const std::string& prefix, std::set<std::string>& out) {
+  std::error_code list_ec;
+  for (const auto& entry : fs::directory_iterator(dir, list_ec)) {
+    if (!entry.path().filename().string().starts_with(prefix)) continue;
+    std::error_code canonical_ec;
+    const fs::path real = fs::canonical(entry.path(), canonical_ec);
+    out.insert(canonical_ec ? entry.path().string() : real.string());
+  }
+}
+
+std::vector<std::string> cgroup_parents() {
   std::vector<std::string> parents = {"/sys/fs/cgroup/" + cgroup_parent_name()};
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator("/sys/fs/cgroup", ec)) {
     parents.push_back(entry.path().string() + "/" + cgroup_parent_name());
   }
-  for (const auto& parent : parents) {
-    std::error_code list_ec;
-    for (const auto& entry : fs::directory_iterator(parent, list_ec)) {
-      if (!entry.path().filename().string().starts_with("session-")) continue;
-      std::error_code canonical_ec;
-      // cpu and cpuacct are often one hierarchy reached through two symlinked names.
-      const fs::path real = fs::canonical(entry.path(), canonical_ec);
-      dirs.insert(canonical_ec ? entry.path().string() : real.string());
-    }
-  }
+  return parents;
+}
+
+}  // namespace
+
+std::vector<std::string> caller_cgroup_dirs() {
+  std::set<std::string> dirs;
+  for (const auto& parent : cgroup_parents()) add_dirs_named(parent, "caller-", dirs);
+  return {dirs.begin(), dirs.end()};
+}
+
+std::vector<std::string> session_cgroup_dirs() {
+  std::set<std::string> dirs;
+  for (const auto& parent : cgroup_parents()) add_dirs_named(parent, "session-", dirs);
+  for (const auto& caller : caller_cgroup_dirs()) add_dirs_named(caller, "session-", dirs);
   return {dirs.begin(), dirs.end()};
 }
 

@@ -209,9 +209,13 @@ std::map<std::string, std::string> parse_probe_lines(const std::string& text);
 // second Daemon in the same test finds the first one's sessions.
 std::string cgroup_parent_name();
 
-// Session cgroup directories (<hierarchy>/<cgroup_parent_name()>/session-*) in every mounted
-// hierarchy (v1: memory, pids, cpu, ...; v2: the unified one), each listed once.
+// Session cgroup directories (<hierarchy>/<cgroup_parent_name()>/caller-*/session-*, and the
+// older layout's <hierarchy>/<cgroup_parent_name()>/session-*) in every mounted hierarchy (v1:
+// memory, pids, cpu, ...; v2: the unified one), each listed once.
 std::vector<std::string> session_cgroup_dirs();
+
+// Caller cgroup directories (<hierarchy>/<cgroup_parent_name()>/caller-*), likewise.
+std::vector<std::string> caller_cgroup_dirs();
 
 // VmRSS of a process in KiB, from /proc/<pid>/status; 0 when unreadable.
 uint64_t rss_kib(pid_t pid);

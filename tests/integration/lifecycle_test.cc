@@ -432,8 +432,12 @@ TEST_F(LifecycleTest, RestartedDaemonRemovesSessionsOfAKilledOne) {
       },
       5s))
       << restarted.log();
+  EXPECT_TRUE(caller_cgroup_dirs().empty()) << "stale caller cgroups left: " << restarted.log();
   std::set<std::string> names;
-  for (const auto& d : stale) names.insert(fs::path(d).filename().string());
+  // Reported by their path below the parent: caller-<uid>/session-<id>.
+  for (const auto& d : stale) {
+    names.insert((fs::path(d).parent_path().filename() / fs::path(d).filename()).string());
+  }
   for (const auto& name : names) {
     EXPECT_EQ(lines_with(restarted.log(), "\"cgroup\":\"" + name + "\"").size(), 1u)
         << name << " not reported removed:\n"

@@ -238,6 +238,9 @@ class CgroupsTest : public ::testing::Test {
   if (!var##_opt) GTEST_SKIP() << "host has neither v1 nor v2 memory+pids controllers"; \
   CgroupManager& var = *var##_opt
 
+constexpr uid_t kCaller = 4242;
+const CallerLimits kUnlimitedCaller{};
+
 const std::string* dir_with(const std::vector<std::string>& dirs, const std::string& file) {
   for (const auto& d : dirs) {
     if (access((d + "/" + file).c_str(), F_OK) == 0) return &d;
@@ -337,13 +340,14 @@ TEST(CgroupText, ReadsKeyedValues) {
   EXPECT_EQ(text::keyed_value("usage_usec 1234\nuser_usec 1000\n", "usage_usec"), 1234u);
 }
 
+// The defaults come from config.cc alone: here an unset limit is no limit.
 TEST(CgroupText, LimitsFromConfig) {
   pando::helper::config::v1::ResourceLimits cfg;
   SessionLimits d = CgroupManager::limits_from_config(cfg);
-  EXPECT_EQ(d.memory_max_bytes, uint64_t{4} << 30);
+  EXPECT_EQ(d.memory_max_bytes, 0u);
   EXPECT_EQ(d.swap_max_bytes, 0u);
-  EXPECT_EQ(d.pids_max, 512u);
-  EXPECT_EQ(d.cpu_max_percent, 200u);
+  EXPECT_EQ(d.pids_max, 0u);
+  EXPECT_EQ(d.cpu_max_percent, 0u);
   cfg.set_memory_max_bytes(1 << 20);
   cfg.set_swap_max_bytes(1 << 21);
   cfg.set_pids_max(7);
@@ -353,6 +357,14 @@ TEST(CgroupText, LimitsFromConfig) {
   EXPECT_EQ(s.swap_max_bytes, 1u << 21);
   EXPECT_EQ(s.pids_max, 7u);
   EXPECT_EQ(s.cpu_max_percent, 0u);
+  pando::helper::config::v1::CallerLimits caller;
+  caller.set_memory_max_bytes(1 << 22);
+  caller.set_pids_max(9);
+  caller.set_cpu_max_percent(300);
+  const CallerLimits c = CgroupManager::caller_limits_from_config(caller);
+  EXPECT_EQ(c.memory_max_bytes, 1u << 22);
+  EXPECT_EQ(c.pids_max, 9u);
+  EXPECT_EQ(c.cpu_max_percent, 300u);
 }
 
 // ---- real cgroups ----------------------------------------------------------------------------
@@ -414,12 +426,14 @@ TEST_F(CgroupsTest, DetectsLayoutOfThisHost) {
 TEST_F(CgroupsTest, SessionLimitsProcessesAndTeardown) {
   REQUIRE_LIMITS(mgr);
   SessionLimits limits{64 << 20, 0, 32, 50};
-  auto s = mgr.create_session("0123abcd", limits);
+  auto s = mgr.create_session("0123abcd", kCaller, limits, kUnlimitedCaller);
   EXPECT_EQ(s->name(), "session-0123abcd");
   std::printf("session: %s\n", s->describe().c_str());
   auto dirs = s->dirs();
   ASSERT_EQ(dirs.size(), mgr.session_parent_dirs().size());
-  for (const auto& d : dirs) EXPECT_TRUE(d.ends_with(parent_ + "/session-0123abcd")) << d;
+  for (const auto& d : dirs) {
+    EXPECT_TRUE(d.ends_with(parent_ + "/caller-4242/session-0123abcd")) << d;
+  }
   auto value = [&](const std::string& file) -> std::string {
     const std::string* dir = dir_with(dirs, file);
     if (!dir) return "(no " + file + ")";
@@ -476,6 +490,7 @@ TEST_F(CgroupsTest, SessionLimitsProcessesAndTeardown) {
   EXPECT_FALSE(u.pids_limit_hit);
   EXPECT_TRUE(s->remove());
   for (const auto& d : dirs) EXPECT_FALSE(is_dir(d)) << d;
+  for (const auto& p : mgr.session_parent_dirs()) EXPECT_FALSE(is_dir(p + "/caller-4242")) << p;
   int status = child.wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
 }
@@ -484,17 +499,19 @@ TEST_F(CgroupsTest, RejectsBadAndDuplicateSessions) {
   REQUIRE_LIMITS(mgr);
   SessionLimits limits{64 << 20, 0, 32, 50};
   for (const char* bad : {"../x", "a/b", "a.b", ""}) {
-    EXPECT_THROW(mgr.create_session(bad, limits), std::invalid_argument) << bad;
+    EXPECT_THROW(mgr.create_session(bad, kCaller, limits, kUnlimitedCaller), std::invalid_argument)
+        << bad;
   }
-  auto s = mgr.create_session("dup", limits);
-  EXPECT_THROW(mgr.create_session("dup", limits), std::runtime_error);
+  auto s = mgr.create_session("dup", kCaller, limits, kUnlimitedCaller);
+  EXPECT_THROW(mgr.create_session("dup", kCaller, limits, kUnlimitedCaller), std::runtime_error);
   for (const auto& d : s->dirs()) EXPECT_TRUE(is_dir(d)) << d;  // the first one is intact
   EXPECT_TRUE(s->remove());
 }
 
 TEST_F(CgroupsTest, DestructorKillsAndRemoves) {
   REQUIRE_LIMITS(mgr);
-  auto s = mgr.create_session("dtor", SessionLimits{64 << 20, 0, 32, 50});
+  auto s =
+      mgr.create_session("dtor", kCaller, SessionLimits{64 << 20, 0, 32, 50}, kUnlimitedCaller);
   auto dirs = s->dirs();
   Child child([] {
     for (;;) pause();
@@ -504,13 +521,15 @@ TEST_F(CgroupsTest, DestructorKillsAndRemoves) {
   child.release();
   s.reset();
   for (const auto& d : dirs) EXPECT_FALSE(is_dir(d)) << d;
+  for (const auto& p : mgr.session_parent_dirs()) EXPECT_FALSE(is_dir(p + "/caller-4242")) << p;
   int status = child.wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
 }
 
 TEST_F(CgroupsTest, PidsLimitStopsForkBomb) {
   REQUIRE_LIMITS(mgr);
-  auto s = mgr.create_session("pids", SessionLimits{256 << 20, 0, 16, 0});
+  auto s =
+      mgr.create_session("pids", kCaller, SessionLimits{256 << 20, 0, 16, 0}, kUnlimitedCaller);
   int report[2];
   ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
   Child child([&] {
@@ -543,6 +562,7 @@ TEST_F(CgroupsTest, PidsLimitStopsForkBomb) {
   // What decides the Exit's reason, read alone.
   const SessionUsage events = s->limit_events();
   EXPECT_TRUE(events.pids_limit_hit);
+  EXPECT_FALSE(events.caller_pids_limit_hit);
   EXPECT_FALSE(events.oom_killed);
   s->kill_all();
   EXPECT_TRUE(s->wait_empty(2s));
@@ -553,7 +573,7 @@ TEST_F(CgroupsTest, PidsLimitStopsForkBomb) {
 
 TEST_F(CgroupsTest, MemoryLimitOomKills) {
   REQUIRE_LIMITS(mgr);
-  auto s = mgr.create_session("mem", SessionLimits{64 << 20, 0, 32, 0});
+  auto s = mgr.create_session("mem", kCaller, SessionLimits{64 << 20, 0, 32, 0}, kUnlimitedCaller);
   Child child([] {
     const size_t size = size_t{512} << 20;
     // volatile: an optimizing compiler may drop a malloc whose memory is never read.
@@ -574,6 +594,7 @@ TEST_F(CgroupsTest, MemoryLimitOomKills) {
   EXPECT_TRUE(u.memory_limit_hit);
   const SessionUsage events = s->limit_events();
   EXPECT_TRUE(events.oom_killed);
+  EXPECT_FALSE(events.caller_memory_limit_hit);
   EXPECT_FALSE(events.pids_limit_hit);
   EXPECT_LE(u.memory_peak_bytes, uint64_t{64} << 20);
   EXPECT_GT(u.memory_peak_bytes, uint64_t{32} << 20);
@@ -589,7 +610,7 @@ TEST_F(CgroupsTest, CpuQuotaThrottles) {
   if (mgr.mode() == CgroupMode::kUnified && mgr.detail().find("cpu") == std::string::npos) {
     GTEST_SKIP() << "cpu controller not enabled: " << mgr.detail();
   }
-  auto s = mgr.create_session("cpu", SessionLimits{64 << 20, 0, 32, 20});
+  auto s = mgr.create_session("cpu", kCaller, SessionLimits{64 << 20, 0, 32, 20}, kUnlimitedCaller);
   Child child([] {
     for (;;) asm volatile("" ::: "memory");
     return 0;
@@ -619,24 +640,200 @@ TEST_F(CgroupsTest, RemovesStaleSessions) {
     for (;;) pause();
     return 0;
   });
+  Child caller_child([] {
+    for (;;) pause();
+    return 0;
+  });
   std::vector<std::string> stale;
   for (const auto& p : mgr.session_parent_dirs()) {
+    // The old layout, and the current one of sessions in their caller's cgroup.
     ASSERT_EQ(mkdir((p + "/session-deadbeef").c_str(), 0755), 0) << p;
+    ASSERT_EQ(mkdir((p + "/caller-77").c_str(), 0755), 0) << p;
+    ASSERT_EQ(mkdir((p + "/caller-77/session-cafe").c_str(), 0755), 0) << p;
+    ASSERT_EQ(mkdir((p + "/caller-78").c_str(), 0755), 0) << p;
     ASSERT_EQ(mkdir((p + "/not-a-session").c_str(), 0755), 0) << p;
     std::ofstream(p + "/session-deadbeef/cgroup.procs") << child.pid() << std::flush;
+    std::ofstream(p + "/caller-77/session-cafe/cgroup.procs") << caller_child.pid() << std::flush;
     EXPECT_TRUE(listed(p + "/session-deadbeef", child.pid())) << p;
-    stale.push_back(p + "/session-deadbeef");
+    EXPECT_TRUE(listed(p + "/caller-77/session-cafe", caller_child.pid())) << p;
+    for (const char* d :
+         {"/session-deadbeef", "/caller-77/session-cafe", "/caller-77", "/caller-78"}) {
+      stale.push_back(p + d);
+    }
   }
   child.release();
+  caller_child.release();
   auto removed = mgr.remove_stale_sessions();
-  EXPECT_EQ(removed, std::vector<std::string>{"session-deadbeef"});
+  EXPECT_EQ(removed, (std::vector<std::string>{"caller-77/session-cafe", "session-deadbeef"}));
   int status = child.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  status = caller_child.wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
   for (const auto& d : stale) EXPECT_FALSE(is_dir(d)) << d;
   for (const auto& p : mgr.session_parent_dirs()) {
     EXPECT_TRUE(is_dir(p + "/not-a-session")) << p;
     EXPECT_EQ(rmdir((p + "/not-a-session").c_str()), 0);
   }
+}
+
+// The caller cgroup comes with a caller's first session, carries the caller limits, holds
+// every session of that caller, and goes with the last of them.
+TEST_F(CgroupsTest, CallerCgroupHoldsItsSessionsWithTheCallerLimits) {
+  REQUIRE_LIMITS(mgr);
+  const SessionLimits session{64 << 20, 0, 32, 50};
+  const CallerLimits caller{128 << 20, 40, 100};
+  auto one = mgr.create_session("one", kCaller, session, caller);
+  auto two = mgr.create_session("two", kCaller, session, caller);
+  auto other = mgr.create_session("other", kCaller + 1, session, caller);
+  const auto parents = mgr.session_parent_dirs();
+  ASSERT_EQ(one->dirs().size(), parents.size());
+  std::vector<std::string> caller_dirs;
+  for (size_t i = 0; i < parents.size(); ++i) {
+    caller_dirs.push_back(parents[i] + "/caller-4242");
+    EXPECT_EQ(one->dirs()[i], parents[i] + "/caller-4242/session-one");
+    EXPECT_EQ(two->dirs()[i], parents[i] + "/caller-4242/session-two");
+    EXPECT_EQ(other->dirs()[i], parents[i] + "/caller-4243/session-other");
+  }
+  auto value = [&](const std::string& file) -> std::string {
+    const std::string* dir = dir_with(caller_dirs, file);
+    if (!dir) return "(no " + file + ")";
+    return trimmed(slurp(*dir + "/" + file));
+  };
+  if (mgr.mode() == CgroupMode::kUnified) {
+    EXPECT_EQ(value("memory.max"), std::to_string(128 << 20));
+    EXPECT_EQ(value("pids.max"), "40");
+    if (dir_with(caller_dirs, "cpu.max")) {
+      EXPECT_EQ(value("cpu.max"), "100000 100000");
+    }
+    // One OOM kill takes one session (its memory.oom.group), not all the caller's.
+    EXPECT_EQ(value("memory.oom.group"), "0");
+    EXPECT_NE(value("cgroup.subtree_control").find("memory pids"), std::string::npos);
+  } else {
+    EXPECT_EQ(value("memory.limit_in_bytes"), std::to_string(128 << 20));
+    EXPECT_EQ(value("pids.max"), "40");
+    EXPECT_EQ(value("cpu.cfs_quota_us"), "100000");
+    EXPECT_EQ(value("cpu.cfs_period_us"), "100000");
+  }
+  // Sessions keep their own limits below.
+  const auto one_dirs = one->dirs();
+  const std::string* session_pids = dir_with(one_dirs, "pids.max");
+  ASSERT_NE(session_pids, nullptr);
+  EXPECT_EQ(trimmed(slurp(*session_pids + "/pids.max")), "32");
+
+  EXPECT_TRUE(one->remove());
+  for (const auto& d : caller_dirs) EXPECT_TRUE(is_dir(d)) << d << " went with a live session";
+  // A session created meanwhile joins the same caller cgroup.
+  auto three = mgr.create_session("three", kCaller, session, caller);
+  EXPECT_EQ(three->dirs()[0], parents[0] + "/caller-4242/session-three");
+  EXPECT_TRUE(two->remove());
+  EXPECT_TRUE(three->remove());
+  for (const auto& d : caller_dirs) EXPECT_FALSE(is_dir(d)) << d << " outlived its sessions";
+  for (const auto& p : parents) EXPECT_TRUE(is_dir(p + "/caller-4243")) << p;
+  other.reset();
+  for (const auto& p : parents) EXPECT_FALSE(is_dir(p + "/caller-4243")) << p;
+  // A caller whose cgroup went gets a new one with its next session.
+  auto again = mgr.create_session("again", kCaller, session, caller);
+  for (const auto& d : caller_dirs) EXPECT_TRUE(is_dir(d)) << d;
+  EXPECT_EQ(value("pids.max"), "40");
+  EXPECT_TRUE(again->remove());
+  for (const auto& d : caller_dirs) EXPECT_FALSE(is_dir(d)) << d;
+}
+
+// A child in `s` that forks `count` pausing children (or until fork fails) and reports how
+// many it forked and the errno that stopped it (0 if none).
+class Forker {
+ public:
+  Forker(SessionCgroup& s, int count) {
+    if (pipe2(report_, O_CLOEXEC) != 0) std::abort();
+    child_ = std::make_unique<Child>([this, count] {
+      int forked = 0;
+      int err = 0;
+      for (; forked < count; ++forked) {
+        pid_t p = fork();
+        if (p == 0) {
+          for (;;) pause();
+        }
+        if (p < 0) {
+          err = errno;
+          break;
+        }
+      }
+      int result[2] = {forked, err};
+      if (write(report_[1], result, sizeof result) != sizeof result) return 1;
+      for (;;) pause();
+    });
+    close(report_[1]);
+    s.add_process(child_->pid());
+    child_->release();
+    if (read(report_[0], result_, sizeof result_) != static_cast<ssize_t>(sizeof result_)) {
+      result_[0] = -1;
+    }
+    close(report_[0]);
+  }
+  int forked() const { return result_[0]; }
+  int error() const { return result_[1]; }
+  Child& child() { return *child_; }
+
+ private:
+  int report_[2] = {-1, -1};
+  int result_[2] = {0, 0};
+  std::unique_ptr<Child> child_;
+};
+
+TEST_F(CgroupsTest, CallerPidsLimitHoldsAcrossSessions) {
+  REQUIRE_LIMITS(mgr);
+  const SessionLimits session{256 << 20, 0, 10, 0};
+  const CallerLimits caller{0, 12, 0};
+  auto first = mgr.create_session("first", kCaller, session, caller);
+  auto second = mgr.create_session("second", kCaller, session, caller);
+  Forker a(*first, 8);  // 9 tasks, within both limits
+  EXPECT_EQ(a.forked(), 8);
+  EXPECT_EQ(a.error(), 0);
+  Forker b(*second, 8);  // its own limit would allow 9 more; the caller's only 2 more tasks
+  std::printf("second session forked %d before %s\n", b.forked(), std::strerror(b.error()));
+  EXPECT_EQ(b.forked(), 2);
+  EXPECT_EQ(b.error(), EAGAIN);
+  const SessionUsage events = second->limit_events();
+  EXPECT_TRUE(events.pids_limit_hit || events.caller_pids_limit_hit);
+  EXPECT_TRUE(events.caller_pids_limit_hit);
+  // Another caller is not held by this one's limit.
+  auto stranger = mgr.create_session("stranger", kCaller + 1, session, caller);
+  Forker c(*stranger, 8);
+  EXPECT_EQ(c.forked(), 8);
+  EXPECT_FALSE(stranger->limit_events().caller_pids_limit_hit);
+  for (auto* s : {first.get(), second.get(), stranger.get()}) {
+    s->kill_all();
+    EXPECT_TRUE(s->wait_empty(2s));
+    EXPECT_TRUE(s->remove());
+  }
+  for (auto* f : {&a, &b, &c}) {
+    int status = f->child().wait();
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  }
+}
+
+TEST_F(CgroupsTest, CallerMemoryLimitOomKillsASession) {
+  REQUIRE_LIMITS(mgr);
+  // The config never allows a caller limit below a session's; the kernel does, which makes the
+  // caller's the one that is reached.
+  auto s = mgr.create_session("hog", kCaller, SessionLimits{256 << 20, 0, 32, 0},
+                              CallerLimits{64 << 20, 0, 0});
+  Child child([] {
+    const size_t size = size_t{512} << 20;
+    volatile char* p = static_cast<volatile char*>(std::malloc(size));
+    if (!p) return 3;
+    for (size_t i = 0; i < size; i += 4096) p[i] = 1;
+    return 0;
+  });
+  s->add_process(child.pid());
+  child.release();
+  int status = child.wait();
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  const SessionUsage events = s->limit_events();
+  EXPECT_TRUE(events.oom_killed);
+  EXPECT_TRUE(events.caller_memory_limit_hit);
+  EXPECT_TRUE(s->wait_empty(2s));
+  EXPECT_TRUE(s->remove());
 }
 
 // A child and a grandchild in `s`, killed with `method`: both die and the session empties.
@@ -662,9 +859,9 @@ void expect_kill_method_works(SessionCgroup& s, SessionCgroup::KillMethod method
 TEST_F(CgroupsTest, KillMethodsWithControllers) {
   REQUIRE_LIMITS(mgr);
   SessionLimits limits{64 << 20, 0, 32, 0};
-  auto frozen = mgr.create_session("freeze", limits);
+  auto frozen = mgr.create_session("freeze", kCaller, limits, kUnlimitedCaller);
   expect_kill_method_works(*frozen, SessionCgroup::KillMethod::kFreezeThenSignal);
-  auto each = mgr.create_session("each", limits);
+  auto each = mgr.create_session("each", kCaller, limits, kUnlimitedCaller);
   expect_kill_method_works(*each, SessionCgroup::KillMethod::kSignalEach);
 }
 
@@ -676,9 +873,9 @@ TEST_F(CgroupsTest, UnifiedKillMethods) {
                                                      .parent = parent_,
                                                      .require_controllers = false});
   SessionLimits limits{64 << 20, 0, 32, 0};
-  auto frozen = mgr.create_session("freeze", limits);
+  auto frozen = mgr.create_session("freeze", kCaller, limits, kUnlimitedCaller);
   expect_kill_method_works(*frozen, SessionCgroup::KillMethod::kFreezeThenSignal);
-  auto each = mgr.create_session("each", limits);
+  auto each = mgr.create_session("each", kCaller, limits, kUnlimitedCaller);
   expect_kill_method_works(*each, SessionCgroup::KillMethod::kSignalEach);
 }
 
@@ -694,7 +891,8 @@ TEST_F(CgroupsTest, UnifiedWithoutControllers) {
   EXPECT_EQ(mgr.mode(), CgroupMode::kUnified);
   std::printf("v2: %s\n", mgr.detail().c_str());
   EXPECT_EQ(mgr.session_parent_dirs(), std::vector<std::string>{u->mount_point + "/" + parent_});
-  auto s = mgr.create_session("cafe", SessionLimits{64 << 20, 0, 32, 20});
+  auto s =
+      mgr.create_session("cafe", kCaller, SessionLimits{64 << 20, 0, 32, 20}, kUnlimitedCaller);
   ASSERT_EQ(s->dirs().size(), 1u);
   const std::string dir = s->dirs()[0];
   EXPECT_GE(s->unified_dir_fd(), 0);
@@ -771,8 +969,10 @@ TEST_F(CgroupsTest, UnifiedDelegatedUnit) {
                                                        .require_controllers = false});
   EXPECT_EQ(again.session_parent_dirs(), mgr.session_parent_dirs());
 
-  auto s = mgr.create_session("beef", SessionLimits{64 << 20, 0, 32, 20});
-  EXPECT_EQ(s->dirs(), std::vector<std::string>{u->mount_point + unit + "/sessions/session-beef"});
+  auto s =
+      mgr.create_session("beef", kCaller, SessionLimits{64 << 20, 0, 32, 20}, kUnlimitedCaller);
+  EXPECT_EQ(s->dirs(),
+            std::vector<std::string>{u->mount_point + unit + "/sessions/caller-4242/session-beef"});
   Child child([] {
     for (;;) pause();
     return 0;

@@ -1,10 +1,13 @@
 #include "daemon/config.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 namespace pando::daemon {
 namespace {
@@ -39,6 +42,10 @@ TEST(Config, DefaultsAreFilledIn) {
   EXPECT_EQ(config.workspace().read_only_paths_size(), 0);
   EXPECT_EQ(config.workspace().project_scan_max_entries(), 1000000u);
   EXPECT_EQ(config.workspace().project_scan_max_depth(), 64u);
+  // Twice one session's defaults: two sessions' worth per caller.
+  EXPECT_EQ(config.caller_limits().memory_max_bytes(), 8ULL << 30);
+  EXPECT_EQ(config.caller_limits().pids_max(), 1024u);
+  EXPECT_EQ(config.caller_limits().cpu_max_percent(), 400u);
 }
 
 TEST(Config, ReadOnlyPathsAreNormalizedAndRelative) {
@@ -60,6 +67,25 @@ TEST(Config, ReadOnlyPathsAreNormalizedAndRelative) {
       "workspace { user: \"w\" argv: \"/bin/sh\" project_scan_max_entries: 0 }\n");
   EXPECT_NE(zero.find("workspace.project_scan_max_entries: must be at least 1"), std::string::npos)
       << zero;
+}
+
+TEST(Config, CallerLimitsMustHoldOneSessionOfEachRole) {
+  EXPECT_EQ(error_of(std::string(kRoles) + "caller_limits { pids_max: 512 }"), "");
+  EXPECT_NE(error_of(std::string(kRoles) + "caller_limits {\n  pids_max: 100\n}")
+                .find("test.conf:5: caller_limits.pids_max: must be at least 512"),
+            std::string::npos)
+      << error_of(std::string(kRoles) + "caller_limits {\n  pids_max: 100\n}");
+  EXPECT_NE(error_of(std::string(kRoles) + "caller_limits { memory_max_bytes: 1048576 }")
+                .find("caller_limits.memory_max_bytes: must be at least 4294967296"),
+            std::string::npos);
+  // A v1 cpu quota above its parent's is refused by the kernel (EINVAL): caught here instead.
+  const std::string text =
+      "core { user: \"c\" argv: \"/bin/sh\" limits { cpu_max_percent: 300 } }\n"
+      "workspace { user: \"w\" argv: \"/bin/sh\" }\n"
+      "caller_limits { cpu_max_percent: 250 }\n";
+  EXPECT_NE(error_of(text).find("test.conf:3: caller_limits.cpu_max_percent: must be at least 300"),
+            std::string::npos)
+      << error_of(text);
 }
 
 TEST(Config, SyntaxErrorNamesLineAndColumn) {
@@ -122,6 +148,121 @@ TEST(Config, RejectsBadValues) {
                      std::string("workspace { user: \"w\" argv: \"/bin/sh\" }"))
                 .find("core.hidden_files[0]"),
             std::string::npos);
+}
+
+// A root-owned 0755 directory in /tmp, as root's mkdtemp() + chmod() leaves it; removed with
+// everything in it.
+class RootDir {
+ public:
+  RootDir() {
+    char templ[] = "/tmp/pandotest-conf-XXXXXX";
+    if (mkdtemp(templ) == nullptr) std::abort();
+    path_ = templ;
+    chmod(path_.c_str(), 0755);
+  }
+  ~RootDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+  std::string make(const std::string& name, mode_t mode, uid_t owner = 0) const {
+    const std::string path = path_ + "/" + name;
+    if (mkdir(path.c_str(), mode) != 0 || chmod(path.c_str(), mode) != 0 ||
+        chown(path.c_str(), owner, owner) != 0) {
+      std::abort();
+    }
+    return path;
+  }
+
+ private:
+  std::string path_;
+};
+
+std::string with_core_runtime_path(const std::string& path) {
+  return "core {\n  user: \"c\"\n  argv: \"/bin/sh\"\n  runtime_paths: \"/usr\"\n  runtime_paths: "
+         "\"" +
+         path + "\"\n}\nworkspace { user: \"w\" argv: \"/bin/sh\" }\n";
+}
+
+TEST(Config, RuntimePathsMustBeRootsAloneAllTheWayUp) {
+  ASSERT_EQ(geteuid(), 0u) << "the fixtures need root to own them";
+  const RootDir dir;
+  // /tmp is sticky: others cannot rename or remove root's entries in it, so a root-owned
+  // 0755 directory there is as safe as one under /usr.
+  EXPECT_EQ(error_of(with_core_runtime_path(dir.make("ok", 0755))), "");
+  // Missing, where only root can create it: the launch reports it, the config is fine.
+  EXPECT_EQ(error_of(with_core_runtime_path(dir.path() + "/ok/missing")), "");
+
+  const std::string group_writable = dir.make("gw", 0775);
+  std::string error = error_of(with_core_runtime_path(group_writable + "/sub"));
+  EXPECT_NE(error.find("test.conf:5: core.runtime_paths[1]: " + group_writable +
+                       " is writable by group or others"),
+            std::string::npos)
+      << error;
+  error = error_of(with_core_runtime_path(dir.make("user", 0755, 1)));
+  EXPECT_NE(error.find("core.runtime_paths[1]: " + dir.path() + "/user is not owned by root"),
+            std::string::npos)
+      << error;
+  // The sticky bit does not stop another user from creating a name first.
+  const std::string missing_in_tmp = dir.path() + "-missing";
+  error = error_of(with_core_runtime_path(missing_in_tmp));
+  EXPECT_NE(error.find("core.runtime_paths[1]: " + missing_in_tmp +
+                       " does not exist and /tmp is writable by group or others"),
+            std::string::npos)
+      << error;
+  // A sticky world-writable directory is not safe as the path itself.
+  error = error_of(with_core_runtime_path("/tmp"));
+  EXPECT_NE(error.find("core.runtime_paths[1]: /tmp is writable by group or others"),
+            std::string::npos)
+      << error;
+
+  // Symbolic links: the link must be root's, and so must everything up to where it leads.
+  const std::string user_dir = dir.make("target", 0755, 1);
+  ASSERT_EQ(symlink(user_dir.c_str(), (dir.path() + "/to-user").c_str()), 0);
+  error = error_of(with_core_runtime_path(dir.path() + "/to-user"));
+  EXPECT_NE(error.find(user_dir + " is not owned by root"), std::string::npos) << error;
+  ASSERT_EQ(symlink("ok", (dir.path() + "/to-ok").c_str()), 0);
+  EXPECT_EQ(error_of(with_core_runtime_path(dir.path() + "/to-ok")), "");
+  ASSERT_EQ(lchown((dir.path() + "/to-ok").c_str(), 1, 1), 0);
+  error = error_of(with_core_runtime_path(dir.path() + "/to-ok"));
+  EXPECT_NE(error.find(dir.path() + "/to-ok is not owned by root"), std::string::npos) << error;
+  // One rule also where a link leads: /tmp on the way is fine, as the path itself it is not.
+  ASSERT_EQ(symlink("/tmp", (dir.path() + "/to-tmp").c_str()), 0);
+  const std::string via_tmp = dir.path() + "/to-tmp/" + dir.path().substr(5) + "/ok";
+  EXPECT_EQ(error_of(with_core_runtime_path(via_tmp)), "");
+  error = error_of(with_core_runtime_path(dir.path() + "/to-tmp"));
+  EXPECT_NE(error.find("core.runtime_paths[1]: /tmp is writable by group or others"),
+            std::string::npos)
+      << error;
+  ASSERT_EQ(symlink("nowhere", (dir.path() + "/dangling").c_str()), 0);
+  error = error_of(with_core_runtime_path(dir.path() + "/dangling/x"));
+  EXPECT_NE(error.find(dir.path() + "/dangling does not resolve"), std::string::npos) << error;
+}
+
+TEST(Config, ProgramsMustBeRootsAloneAllTheWayUp) {
+  ASSERT_EQ(geteuid(), 0u) << "the fixtures need root to own them";
+  const RootDir dir;
+  const std::string bin = dir.make("bin", 0755);
+  const std::string program = bin + "/tool";
+  ASSERT_EQ(close(open(program.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0755)), 0);
+  const auto roles = [&](const std::string& workspace_program) {
+    return "core { user: \"c\" argv: \"/bin/sh\" }\nworkspace {\n  user: \"w\"\n  argv: \"" +
+           workspace_program + "\"\n}\n";
+  };
+  EXPECT_EQ(error_of(roles(program)), "");
+  ASSERT_EQ(chmod(program.c_str(), 0757), 0);
+  std::string error = error_of(roles(program));
+  EXPECT_NE(
+      error.find("test.conf:4: workspace.argv[0]: " + program + " is writable by group or others"),
+      std::string::npos)
+      << error;
+  ASSERT_EQ(chmod(program.c_str(), 0755), 0);
+  ASSERT_EQ(chown(bin.c_str(), 1, 1), 0);
+  error = error_of(roles(program));
+  EXPECT_NE(error.find("workspace.argv[0]: " + bin + " is not owned by root"), std::string::npos)
+      << error;
+  // The sandbox helper runs as root: the same rule.
+  error = error_of(std::string(kRoles) + "sandbox_helper_path: \"" + program + "\"\n");
+  EXPECT_NE(error.find("test.conf:4: sandbox_helper_path: " + bin + " is not owned by root"),
+            std::string::npos)
+      << error;
 }
 
 TEST(Config, LoadRefusesFilesOthersCanWrite) {
