@@ -524,6 +524,9 @@ TEST_F(FoundationTest, SigtermWithLiveSessionsEndsThemWithAReason) {
                  project_, "--stdio", "--socket", daemon_->socket_path()});
   ASSERT_TRUE(client.write_all("echo ready; exec sleep 1000\n"));
   ASSERT_TRUE(client.read_until("ready", 20s));
+  // With direct stdio the role's first bytes can reach the client before the daemon has taken
+  // the launcher's start report: a stop in that window rejects the launch instead.
+  daemon_->log_with("security_helper_daemon_session_started");
   const int daemon_status = daemon_->stop();
   EXPECT_TRUE(WIFEXITED(daemon_status) && WEXITSTATUS(daemon_status) == 0) << daemon_->log();
   const int status = client.wait(20s);

@@ -144,8 +144,10 @@ bool no_role_processes() {
 // A fork bomb that keeps its session at pids.max: bash retries and survives a failed fork
 // (dash exits on one, so a dash bomb dies out within a second). The role shell itself forks
 // only once, before the limit is reached, then waits in builtins; SIGINT ends it with 9.
+// The shell that reports and waits forks once, before the bomb can fill pids.max: a fork that
+// fails in the shell itself (its second one, for `b | b &`) could end it before it reports.
 constexpr const char* kBomb =
-    "exec bash -c 'trap \"exit 9\" INT; exec 2>/dev/null; b() { b | b & }; b; echo bombing; "
+    "exec bash -c 'trap \"exit 9\" INT; exec 2>/dev/null; b() { b | b & }; echo bombing; (b); "
     "while :; do read -r -t 1 _; done'\n";
 constexpr const char* kBombLimits = "pids_max: 64 cpu_max_percent: 50";
 
