@@ -76,7 +76,7 @@ done < <(rpm -qpR "$rpm")
 for copyright in "$work/deb/usr/share/doc/pando-helper/copyright" \
 	"$work/rpm/usr/share/doc/pando-helper/copyright"; do
 	[ -f "$copyright" ] || fail "${copyright#"$work"} missing"
-	for lib in 'GNU C Library' 'GCC runtime' 'Protocol Buffers' zlib spdlog fmt libcap libseccomp \
+	for lib in 'GNU C Library' 'GCC runtime' 'Protocol Buffers' spdlog fmt libcap libseccomp \
 		Boost.Asio; do
 		grep -q "^  $lib" "$copyright" || fail "${copyright#"$work"} does not name $lib"
 	done
