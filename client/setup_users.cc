@@ -1,7 +1,6 @@
 #include "client/setup_users.h"
 
 #ifdef __linux__
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -9,18 +8,15 @@
 
 #include <array>
 #include <cerrno>
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <limits>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
-#include <string_view>
 #include <vector>
 
-#include "common/unique_fd.h"
+#include "common/accounts.h"
 #endif
 
 namespace pando::client {
@@ -256,104 +252,27 @@ int setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostrea
 }  // namespace
 
 namespace detail {
-namespace {
-
-// The whole file, or nullopt when it does not exist.
-std::optional<std::string> read_account_file(const std::string& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    if (errno == ENOENT) return std::nullopt;
-    throw std::runtime_error(path + ": " + std::strerror(errno));
-  }
-  std::string contents;
-  char chunk[16384];
-  for (;;) {
-    const ssize_t got = read(fd.get(), chunk, sizeof chunk);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw std::runtime_error(path + ": " + std::strerror(errno));
-    if (got == 0) return contents;
-    contents.append(chunk, static_cast<size_t>(got));
-  }
-}
-
-std::string read_required(const std::string& path) {
-  std::optional<std::string> contents = read_account_file(path);
-  if (!contents) throw std::runtime_error(path + ": " + std::strerror(ENOENT));
-  return std::move(*contents);
-}
-
-std::vector<std::string_view> split(std::string_view line, char separator) {
-  std::vector<std::string_view> fields;
-  for (;;) {
-    const size_t at = line.find(separator);
-    fields.push_back(line.substr(0, at));
-    if (at == std::string_view::npos) return fields;
-    line.remove_prefix(at + 1);
-  }
-}
-
-// A decimal uid/gid as the account tools write it: no sign, no blanks, and
-// not (uid_t)-1, which means "no id" to the kernel.
-std::optional<uid_t> parse_id(std::string_view text) {
-  unsigned long long value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size() ||
-      value >= std::numeric_limits<uid_t>::max()) {
-    return std::nullopt;
-  }
-  return static_cast<uid_t>(value);
-}
-
-using Fields = std::vector<std::string_view>;
-
-// The fields of the first line for `name` with `min_fields` to `max_fields`
-// fields that `valid` accepts. Comments, blank lines and NIS compat lines
-// ('+'/'-', only meaningful to nss_compat, never written by useradd) are skipped.
-std::optional<Fields> find_entry(std::string_view contents, std::string_view name,
-                                 size_t min_fields, size_t max_fields,
-                                 bool (*valid)(const Fields&)) {
-  for (std::string_view line : split(contents, '\n')) {
-    if (line.empty() || line[0] == '#' || line[0] == '+' || line[0] == '-') continue;
-    Fields fields = split(line, ':');
-    if (fields[0] != name || fields.size() < min_fields || fields.size() > max_fields) continue;
-    if (valid(fields)) return fields;
-  }
-  return std::nullopt;
-}
-
-}  // namespace
 
 // useradd, usermod and groupadd (shadow-utils) manage exactly these files, so
 // they, not NSS, are the authority for the accounts this command creates and
 // checks: an account from another NSS source (LDAP, NIS, sssd) with a role's
-// name is not a local system user, and must not be taken for one. Reading the
-// files also keeps glibc's NSS (dlopen of libnss_*) out of the static client.
+// name is not a local system user, and must not be taken for one.
 std::optional<LocalAccount> find_local_user(const AccountFiles& files, const std::string& name) {
-  const std::string passwd = read_required(files.passwd);
-  // name:password:uid:gid:gecos:home:shell
-  const std::optional<Fields> user = find_entry(passwd, name, 7, 7, [](const Fields& fields) {
-    return parse_id(fields[2]) && parse_id(fields[3]);
-  });
+  const std::optional<std::string> passwd = accounts::read_account_file(files.passwd);
+  if (!passwd) throw std::runtime_error(files.passwd + ": " + std::strerror(ENOENT));
+  const std::optional<accounts::User> user = accounts::find_user_by_name(*passwd, name);
   if (!user) return std::nullopt;
-  const Fields& fields = *user;
-  LocalAccount account{*parse_id(fields[2]), std::string(fields[6]), std::string(fields[5]),
-                       std::string(fields[1]), std::nullopt};
-  // name:password:lastchange:min:max:warn:inactive:expire:reserved. Only the
-  // password matters here, so any line with one counts (a line glibc would
-  // reject still must not hide a usable password).
-  if (const std::optional<std::string> shadow = read_account_file(files.shadow)) {
-    const std::optional<Fields> entry =
-        find_entry(*shadow, name, 2, 9, [](const Fields&) { return true; });
-    if (entry) account.shadow = std::string((*entry)[1]);
+  LocalAccount account{user->uid, user->shell, user->home, user->password, std::nullopt};
+  if (const std::optional<std::string> shadow = accounts::read_account_file(files.shadow)) {
+    account.shadow = accounts::find_shadow_password(*shadow, name);
   }
   return account;
 }
 
 bool local_group_exists(const AccountFiles& files, const std::string& name) {
-  // name:password:gid:members
-  return find_entry(read_required(files.group), name, 4, 4,
-                    [](const Fields& fields) { return parse_id(fields[2]).has_value(); })
-      .has_value();
+  const std::optional<std::string> group = accounts::read_account_file(files.group);
+  if (!group) throw std::runtime_error(files.group + ": " + std::strerror(ENOENT));
+  return accounts::find_group_by_name(*group, name).has_value();
 }
 
 }  // namespace detail

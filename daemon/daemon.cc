@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <grp.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -15,6 +13,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/accounts.h"
 #include "common/json_log.h"
 #include "daemon/project_root.h"
 #include "daemon/sandbox/landlock.h"
@@ -135,12 +134,12 @@ void Daemon::set_up_socket() {
   if (ec) throw std::runtime_error("bind " + temp + ": " + ec.message());
   gid_t group = 0;
   if (config_.has_socket_group() && !config_.socket_group().empty()) {
-    struct group* gr = getgrnam(config_.socket_group().c_str());
-    if (gr == nullptr) {
+    const std::optional<accounts::Group> found = accounts::group_by_name(config_.socket_group());
+    if (!found) {
       unlink(temp.c_str());
       throw std::runtime_error("socket_group " + config_.socket_group() + " does not exist");
     }
-    group = gr->gr_gid;
+    group = found->gid;
   }
   if (chown(temp.c_str(), 0, group) != 0 || chmod(temp.c_str(), config_.socket_mode()) != 0) {
     const int err = errno;
@@ -445,9 +444,9 @@ v1::Status Daemon::status(const PeerIdentity& peer, const std::string& project_r
       return status;
     }
     const RoleConfig& role = config_.workspace();
-    struct passwd* pw = getpwnam(role.user().c_str());
-    const uid_t role_uid = pw != nullptr ? pw->pw_uid : 65534;
-    const gid_t role_gid = pw != nullptr ? pw->pw_gid : 65534;
+    const std::optional<accounts::User> user = accounts::user_by_name(role.user());
+    const uid_t role_uid = user ? user->uid : 65534;
+    const gid_t role_gid = user ? user->gid : 65534;
     try {
       const auto check =
           sandbox::check_idmap_support(dir.get(), peer.uid, peer.gid, role_uid, role_gid);

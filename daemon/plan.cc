@@ -1,11 +1,9 @@
 #include "daemon/plan.h"
 
-#include <grp.h>
-#include <pwd.h>
-
 #include <optional>
 #include <vector>
 
+#include "common/accounts.h"
 #include "proto/request_validation.h"
 
 namespace pando::daemon {
@@ -15,41 +13,14 @@ namespace sbv1 = pando::helper::sandbox::v1;
 
 namespace {
 
-struct Account {
-  uid_t uid;
-  gid_t gid;
-  std::string name;
-};
-
-std::optional<Account> user_by_name(const std::string& name) {
-  struct passwd pw {};
-  struct passwd* result = nullptr;
-  std::vector<char> buffer(16384);
-  if (getpwnam_r(name.c_str(), &pw, buffer.data(), buffer.size(), &result) != 0 ||
-      result == nullptr) {
-    return std::nullopt;
-  }
-  return Account{pw.pw_uid, pw.pw_gid, pw.pw_name};
-}
-
 std::string user_name(uid_t uid) {
-  struct passwd pw {};
-  struct passwd* result = nullptr;
-  std::vector<char> buffer(16384);
-  if (getpwuid_r(uid, &pw, buffer.data(), buffer.size(), &result) != 0 || result == nullptr) {
-    return "uid" + std::to_string(uid);
-  }
-  return pw.pw_name;
+  const std::optional<accounts::User> user = accounts::user_by_id(uid);
+  return user ? user->name : "uid" + std::to_string(uid);
 }
 
 std::string group_name(gid_t gid) {
-  struct group gr {};
-  struct group* result = nullptr;
-  std::vector<char> buffer(16384);
-  if (getgrgid_r(gid, &gr, buffer.data(), buffer.size(), &result) != 0 || result == nullptr) {
-    return "gid" + std::to_string(gid);
-  }
-  return gr.gr_name;
+  const std::optional<accounts::Group> group = accounts::group_by_id(gid);
+  return group ? group->name : "gid" + std::to_string(gid);
 }
 
 }  // namespace
@@ -71,7 +42,7 @@ std::vector<std::string> substitute_argv(const RoleConfig& role_config,
 std::variant<sbv1::SandboxPlan, wire::RequestError> build_plan(
     const std::string& session_id, v1::Role role, const RoleConfig& role_config,
     const PeerIdentity& peer, const ResolvedProject& project, const DaemonConfig& config) {
-  const auto account = user_by_name(role_config.user());
+  const std::optional<accounts::User> account = accounts::user_by_name(role_config.user());
   if (!account) {
     return wire::RequestError{
         v1::ERROR_ROLE_NOT_CONFIGURED,

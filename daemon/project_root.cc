@@ -2,13 +2,15 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
+
+#include "common/accounts.h"
 
 #include "common/blocked_syscall.h"
 
@@ -57,13 +59,8 @@ RequestError from_errno(int err, const std::string& what) {
 }
 
 std::string home_of(uid_t uid) {
-  struct passwd pw {};
-  struct passwd* result = nullptr;
-  std::vector<char> buffer(16384);
-  if (getpwuid_r(uid, &pw, buffer.data(), buffer.size(), &result) != 0 || result == nullptr) {
-    return {};
-  }
-  return pw.pw_dir != nullptr ? pw.pw_dir : "";
+  const std::optional<accounts::User> user = accounts::user_by_id(uid);
+  return user ? user->home : "";
 }
 
 // Makes (as the caller, through CallerFsIdentity) and opens `name` below

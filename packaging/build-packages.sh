@@ -4,8 +4,11 @@
 # Produces OUT_DIR/pando-helper_<version>_<arch>.deb and
 # OUT_DIR/pando-helper-<version>-1.<arch>.rpm. Work trees (build, staging) stay in
 # OUT_DIR for inspection. Needs: cmake, ninja, a C++20 compiler, the build
-# dependencies, dpkg-dev (dpkg-deb, dpkg-shlibdeps, dpkg-buildflags) and rpm
-# (rpmbuild). Set PANDO_SKIP_RPM=1 to build only the .deb.
+# dependencies, binutils (readelf), dpkg-dev (dpkg-deb, dpkg-buildflags) and
+# rpm (rpmbuild). Set PANDO_SKIP_RPM=1 to build only the .deb.
+# The three executables are static (PANDO_STATIC_BINARIES): neither package
+# depends on a library package, and they run on any glibc-2.31-or-later
+# distribution (Debian 11+, Ubuntu 22.04+, RHEL 9, Fedora).
 set -euo pipefail
 umask 022
 
@@ -26,7 +29,7 @@ need() {
 need cmake cmake
 need ninja ninja-build
 need dpkg-deb dpkg
-need dpkg-shlibdeps dpkg-dev
+need readelf binutils
 need dpkg-buildflags dpkg-dev
 [ "${PANDO_SKIP_RPM:-0}" = 1 ] || need rpmbuild rpm
 [ -f "$src/examples/pando-helperd.conf" ] || die "examples/pando-helperd.conf is missing"
@@ -50,6 +53,7 @@ cmake -S "$src" -B "$build" -G Ninja \
 	-DCMAKE_BUILD_TYPE=Release \
 	-DCMAKE_INSTALL_PREFIX=/usr \
 	-DPANDO_TESTS=OFF \
+	-DPANDO_STATIC_BINARIES=ON \
 	-DCMAKE_CXX_FLAGS="$CXXFLAGS $CPPFLAGS" \
 	-DCMAKE_EXE_LINKER_FLAGS="$LDFLAGS" >/dev/null
 cmake --build "$build" --target pando-helper pando-helperd pando-helper-sandbox
@@ -72,6 +76,8 @@ install -d -m 0755 "$doc"
 for f in README.md SECURITY.md LICENSE; do
 	if [ -f "$src/$f" ]; then install -m 0644 "$src/$f" "$doc/$f"; fi
 done
+# Both packages: it names the libraries linked into the executables.
+install -m 0644 "$src/packaging/deb/copyright" "$doc/copyright"
 for page in pando-helper.1 pando-helperd.8; do
 	section=${page##*.}
 	install -d -m 0755 "$staging/usr/share/man/man$section"
@@ -84,8 +90,13 @@ find "$staging" -type f -exec chmod 0644 {} +
 chmod 0755 "$staging/usr/bin/pando-helper" "$staging/usr/sbin/pando-helperd" \
 	"$staging/usr/libexec/pando-helper/pando-helper-sandbox"
 
-binaries=("$staging/usr/bin/pando-helper" "$staging/usr/sbin/pando-helperd"
-	"$staging/usr/libexec/pando-helper/pando-helper-sandbox")
+# No package lists a dependency for a shared library: none may be needed.
+for f in usr/bin/pando-helper usr/sbin/pando-helperd usr/libexec/pando-helper/pando-helper-sandbox; do
+	if readelf -lW "$staging/$f" | grep -q 'Requesting program interpreter' ||
+		readelf -dW "$staging/$f" | grep -q '(NEEDED)'; then
+		die "/$f is dynamically linked (configure with -DPANDO_STATIC_BINARIES=ON, no sanitizers)"
+	fi
+done
 
 # --- 3. .deb
 arch=$(dpkg --print-architecture)
@@ -94,7 +105,6 @@ rm -rf "$debroot"
 cp -a "$staging" "$debroot"
 install -D -m 0644 "$src/systemd/pando-helperd.service" "$debroot/lib/systemd/system/pando-helperd.service"
 install -D -m 0644 "$src/systemd/pando-helperd.socket" "$debroot/lib/systemd/system/pando-helperd.socket"
-install -m 0644 "$src/packaging/deb/copyright" "$debroot/usr/share/doc/$pkg/copyright"
 changelog_date=$(date -u -R -d "@$SOURCE_DATE_EPOCH")
 commit=$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)
 printf '%s (%s) unstable; urgency=medium\n\n  * Built from commit %s.\n\n -- %s  %s\n' \
@@ -104,19 +114,10 @@ chmod 0644 "$debroot/usr/share/doc/$pkg/changelog.gz"
 install -m 0644 "$src/packaging/deb/lintian-overrides" \
 	-D "$debroot/usr/share/lintian/overrides/$pkg"
 
-# Depends from the libraries the binaries really link.
-shlibs_tmp=$(mktemp -d)
-trap 'rm -rf "$shlibs_tmp"' EXIT
-mkdir "$shlibs_tmp/debian"
-printf 'Source: %s\n\nPackage: %s\nArchitecture: any\n' "$pkg" "$pkg" >"$shlibs_tmp/debian/control"
-depends=$(cd "$shlibs_tmp" && dpkg-shlibdeps -O "${binaries[@]}" 2>/dev/null |
-	sed -n 's/^shlibs:Depends=//p')
-[ -n "$depends" ] || die "dpkg-shlibdeps found no dependencies"
-
 install -d -m 0755 "$debroot/DEBIAN"
 installed_size=$(du -s -k --apparent-size --exclude=DEBIAN "$debroot" | cut -f1)
 sed -e "s|@VERSION@|$version|" -e "s|@ARCH@|$arch|" -e "s|@MAINTAINER@|$maintainer|" \
-	-e "s|@INSTALLED_SIZE@|$installed_size|" -e "s|@DEPENDS@|$depends|" \
+	-e "s|@INSTALLED_SIZE@|$installed_size|" \
 	"$src/packaging/deb/control.in" >"$debroot/DEBIAN/control"
 install -m 0644 "$src/packaging/deb/conffiles" "$debroot/DEBIAN/conffiles"
 for script in postinst prerm postrm; do
