@@ -78,7 +78,7 @@ for f in README.md SECURITY.md LICENSE; do
 done
 # Both packages: it names the libraries linked into the executables.
 install -m 0644 "$src/packaging/deb/copyright" "$doc/copyright"
-for page in pando-helper.1 pando-helperd.8; do
+for page in pando-helper.1 pando-helperd.8 pando-helperd.conf.5; do
 	section=${page##*.}
 	install -d -m 0755 "$staging/usr/share/man/man$section"
 	gzip -9n <"$src/packaging/man/$page" >"$staging/usr/share/man/man$section/$page.gz"

@@ -13,6 +13,7 @@ expected_layout() {
 -rw-r--r-- /usr/lib/sysusers.d/pando-helper.conf
 -rw-r--r-- /usr/lib/tmpfiles.d/pando-helper.conf
 -rw-r--r-- /usr/share/man/man1/pando-helper.1.gz
+-rw-r--r-- /usr/share/man/man5/pando-helperd.conf.5.gz
 -rw-r--r-- /usr/share/man/man8/pando-helperd.8.gz
 LIST
 }
