@@ -36,6 +36,7 @@ TEST(Config, DefaultsAreFilledIn) {
   EXPECT_EQ(config.workspace().locale(), "C.UTF-8");
   EXPECT_EQ(config.cgroups().parent(), "pando-helper");
   EXPECT_EQ(config.prestarted_sandboxes(), 2u);
+  EXPECT_EQ(config.max_pending_per_uid(), 8u);
 }
 
 TEST(Config, SyntaxErrorNamesLineAndColumn) {
@@ -89,6 +90,11 @@ TEST(Config, RejectsBadValues) {
   EXPECT_NE(error_of(std::string(kRoles) + "prestarted_sandboxes: 17").find("prestarted_sandboxes"),
             std::string::npos);
   EXPECT_EQ(error_of(std::string(kRoles) + "prestarted_sandboxes: 0"), "");
+  EXPECT_NE(error_of(std::string(kRoles) + "max_pending_per_uid: 0").find("max_pending_per_uid"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kRoles) + "max_pending_per_uid: 33").find("max_pending_per_uid"),
+            std::string::npos);
+  EXPECT_EQ(error_of(std::string(kRoles) + "max_pending_per_uid: 32"), "");
   std::string many_paths = "core { user: \"c\" argv: \"/bin/sh\"";
   for (int i = 0; i < 33; ++i) many_paths += " runtime_paths: \"/opt/p" + std::to_string(i) + "\"";
   EXPECT_NE(error_of(many_paths + " } workspace { user: \"w\" argv: \"/bin/sh\" }")
