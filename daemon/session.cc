@@ -57,16 +57,17 @@ bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 struct PreparedLaunch {
   std::optional<wire::RequestError> error;
   sbv1::SandboxPlan plan;
-  sandbox::CallerTrees trees;  // idmapped clones of the caller's directories
+  sandbox::PlanTrees trees;  // idmapped clones of the caller's directories, runtime paths
   std::string auth_home_note;
 };
 
 namespace {
 
-// On a thread of its own: everything of a launch that touches the caller's
-// files (resolving the project as the caller, creating .pando-sandbox, the
-// idmapped clones), which a hung filesystem can block in the kernel. Of the
-// daemon it uses only what is safe from any thread (config, idmap_userns).
+// On a thread of its own: everything of a launch that touches a filesystem
+// (resolving the project as the caller, creating .pando-sandbox, the idmapped
+// clones, the runtime paths' clones), which a hung one can block in the
+// kernel. Of the daemon it uses only what is safe from any thread (config,
+// idmap_userns).
 void prepare_launch(Daemon& daemon, const PeerIdentity& peer, const std::string& session_id,
                     const wire::ValidRequest& request, PreparedLaunch& out) {
   try {
@@ -90,10 +91,13 @@ void prepare_launch(Daemon& daemon, const PeerIdentity& peer, const std::string&
     const sbv1::IdMapping& ids = out.plan.ids();
     const UniqueFd userns =
         daemon.idmap_userns(ids.caller_uid(), ids.caller_gid(), ids.role_uid(), ids.role_gid());
-    out.trees = sandbox::clone_caller_trees(
+    out.trees.caller = sandbox::clone_caller_trees(
         out.plan.project_root(), project.root.get(), project.sandbox_dir.get(),
         project.auth_home.valid() ? project.auth_home.get() : -1, userns.get(),
         out.plan.project_writable());
+    for (const std::string& path : out.plan.runtime_paths()) {
+      out.trees.runtime.push_back(sandbox::clone_runtime_tree(path));
+    }
   } catch (const sandbox::SetupError& e) {
     out.error = wire::RequestError{e.code(), e.what()};
   } catch (const std::exception& e) {
@@ -456,18 +460,7 @@ std::optional<wire::RequestError> Session::admit_launch() {
 std::optional<wire::RequestError> Session::launch(PreparedLaunch& prepared) {
   const RoleConfig& role_config = daemon_.role_config(role_);
   const sbv1::SandboxPlan& sandbox_plan = prepared.plan;
-  // Runtime paths are root-owned host paths from the config, not the caller's.
-  sandbox::PlanTrees trees;
-  trees.caller = std::move(prepared.trees);
-  try {
-    for (const std::string& path : sandbox_plan.runtime_paths()) {
-      trees.runtime.push_back(sandbox::clone_runtime_tree(path));
-    }
-  } catch (const sandbox::SetupError& e) {
-    return wire::RequestError{e.code(), e.what()};
-  } catch (const std::exception& e) {
-    return wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};
-  }
+  const sandbox::PlanTrees& trees = prepared.trees;
   try {
     cgroup_ = daemon_.create_session_cgroup(id_, role_config);
   } catch (const std::exception& e) {

@@ -220,7 +220,7 @@ TEST_F(DaemonCapacityTest, HoarderAtItsPendingLimitLocksOutOnlyItself) {
   for (int i = 0; i < 8; ++i) {
     hoard.push_back(std::make_unique<RawClient>(daemon_->socket_path(), caller()));
     if (i % 3 >= 1) hoard.back()->send_preface();
-    if (i % 3 == 2) hoard.back()->send_bytes("\x01\x00");  // a partial request header
+    if (i % 3 == 2) hoard.back()->send_bytes(std::string("\x01\x00", 2));  // part of a header
   }
   {
     RawClient over(daemon_->socket_path(), caller());

@@ -92,9 +92,9 @@ TEST(Config, RejectsBadValues) {
   EXPECT_EQ(error_of(std::string(kRoles) + "prestarted_sandboxes: 0"), "");
   EXPECT_NE(error_of(std::string(kRoles) + "max_pending_per_uid: 0").find("max_pending_per_uid"),
             std::string::npos);
-  EXPECT_NE(error_of(std::string(kRoles) + "max_pending_per_uid: 33").find("max_pending_per_uid"),
+  EXPECT_NE(error_of(std::string(kRoles) + "max_pending_per_uid: 65").find("max_pending_per_uid"),
             std::string::npos);
-  EXPECT_EQ(error_of(std::string(kRoles) + "max_pending_per_uid: 32"), "");
+  EXPECT_EQ(error_of(std::string(kRoles) + "max_pending_per_uid: 64"), "");
   std::string many_paths = "core { user: \"c\" argv: \"/bin/sh\"";
   for (int i = 0; i < 33; ++i) many_paths += " runtime_paths: \"/opt/p" + std::to_string(i) + "\"";
   EXPECT_NE(error_of(many_paths + " } workspace { user: \"w\" argv: \"/bin/sh\" }")
