@@ -410,6 +410,11 @@ TEST_F(DaemonCapacityTest, HungProjectFilesystemStallsOnlyItsCaller) {
   fuse.reset();
   EXPECT_TRUE(eventually([&] { return status_as(caller()).exit_code == 0; }, 20s))
       << daemon_->log();
+  // Every thread has returned: an ordinary stop (sanitizer builds check leaks).
+  const int status_at_stop = daemon_->stop();
+  EXPECT_TRUE(WIFEXITED(status_at_stop) && WEXITSTATUS(status_at_stop) == 0)
+      << status_at_stop << daemon_->log();
+  EXPECT_EQ(daemon_->log().find("exit_with_threads_stuck"), std::string::npos);
 }
 
 // The daemon stops while a resolution thread is stuck: the event loop answers
