@@ -24,7 +24,8 @@ inline constexpr const char* kDefaultSocket = "/run/pando/helper.sock";
 // --socket, else $PANDO_HELPER_SOCKET, else the default.
 std::string socket_path(const std::optional<std::string>& flag);
 
-// Connects and sends the preface. Returns an invalid fd and sets `error`.
+// Connects and sends the preface. Returns an invalid fd and sets `error` when
+// it cannot connect; a preface the daemon did not take shows in the answer.
 UniqueFd connect_daemon(const std::string& path, std::string& error);
 
 bool send_all(int fd, const void* data, size_t size);

@@ -393,13 +393,15 @@ int run_launch(const std::string& role, const std::string& project_root,
   }
   const auto frame = wire::encode_message_frame(v1::FRAME_LAUNCH_REQUEST, request);
   const bool direct = wants_direct_stdio();
-  if (!(direct ? send_with_fds(sock.get(), frame, {STDIN_FILENO, STDOUT_FILENO})
-               : send_all(sock.get(), frame.data(), frame.size()))) {
+  const bool sent = direct ? send_with_fds(sock.get(), frame, {STDIN_FILENO, STDOUT_FILENO})
+                           : send_all(sock.get(), frame.data(), frame.size());
+  // A daemon that refused the connection at once has its Rejected frame waiting.
+  const auto answer = read_frame(sock.get());
+  if (!sent && !(answer && answer->type == v1::FRAME_REJECTED)) {
     std::cerr << "pando-helper: the connection to pando-helperd broke while sending the request; "
               << no_answer_hint() << "\n";
     return kExitProtocol;
   }
-  const auto answer = read_frame(sock.get());
   if (!answer) {
     std::cerr << "pando-helper: pando-helperd closed the connection without answering; "
               << no_answer_hint() << "\n";

@@ -20,12 +20,13 @@ int run_status(const std::string& socket, const std::string& project_root) {
   v1::StatusRequest request;
   request.set_project_root(project_root);
   const auto frame = wire::encode_message_frame(v1::FRAME_STATUS_REQUEST, request);
-  if (!send_all(sock.get(), frame.data(), frame.size())) {
+  const bool sent = send_all(sock.get(), frame.data(), frame.size());
+  const auto answer = read_frame(sock.get());
+  if (!sent && !(answer && answer->type == v1::FRAME_REJECTED)) {
     std::cerr << "pando-helper: the connection to pando-helperd broke; " << no_answer_hint()
               << "\n";
     return kExitProtocol;
   }
-  const auto answer = read_frame(sock.get());
   v1::Status status;
   if (answer && answer->type == v1::FRAME_REJECTED) {
     v1::Rejected rejected;

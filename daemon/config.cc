@@ -238,6 +238,11 @@ DaemonConfig parse_config(const std::string& text, const std::string& origin) {
   if (config.max_sessions_per_uid() == 0) {
     checker.fail({"max_sessions_per_uid"}, -1, "must be at least 1");
   }
+  if (!config.has_max_pending_per_uid()) config.set_max_pending_per_uid(8);
+  if (config.max_pending_per_uid() < 1 || config.max_pending_per_uid() > kMaxPendingPerUid) {
+    checker.fail({"max_pending_per_uid"}, -1,
+                 "must be between 1 and " + std::to_string(kMaxPendingPerUid));
+  }
   if (!config.has_prestarted_sandboxes()) config.set_prestarted_sandboxes(2);
   if (config.prestarted_sandboxes() > 16) {
     checker.fail({"prestarted_sandboxes"}, -1, "must be at most 16");

@@ -10,6 +10,12 @@ using pando::helper::config::v1::DaemonConfig;
 using pando::helper::config::v1::RoleConfig;
 
 inline constexpr const char* kDefaultSocketPath = "/run/pando/helper.sock";
+// Daemon-wide cap on pending work: connections not yet answered or launched,
+// and project resolutions still running (see Daemon::add_pending).
+inline constexpr unsigned kMaxPending = 256;
+// The per-uid limit may not exceed a quarter of it: filling the daemon-wide
+// cap always takes several users.
+inline constexpr unsigned kMaxPendingPerUid = kMaxPending / 4;
 
 // Parses the protobuf text config at `path`, fills in defaults, and validates
 // it. Throws ConfigError whose message names the file, line and field.

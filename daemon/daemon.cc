@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -12,10 +13,11 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <system_error>
+#include <thread>
 
 #include "common/accounts.h"
 #include "common/json_log.h"
-#include "daemon/project_root.h"
 #include "daemon/sandbox/landlock.h"
 #include "daemon/sandbox/mounts.h"
 #include "daemon/service_manager.h"
@@ -29,9 +31,6 @@ using Protocol = asio::local::stream_protocol;
 
 namespace {
 
-// Connections still in their handshake, beyond the session limit, before new
-// ones are refused outright.
-constexpr unsigned kHandshakeSlack = 64;
 constexpr auto kShutdownGrace = std::chrono::seconds(5);
 // A session that runs this long gets its replacement launcher while it runs;
 // a shorter one when it ends (see Session::handle_sandbox_event).
@@ -50,6 +49,30 @@ void ensure_socket_dir(const std::string& dir) {
   if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
     throw std::runtime_error(dir + " must be a directory owned by root and writable only by root");
   }
+}
+
+// Every connection, passed fd and resolution costs an open file: the soft
+// limit (often 1024) is raised to the hard one, which the service unit sets.
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    log::warn("nofile_limit_unknown", {{"error", std::string(std::strerror(errno))}});
+    return;
+  }
+  const rlim_t before = limit.rlim_cur;
+  if (before == limit.rlim_max) {
+    log::info("nofile_limit", {{"limit", static_cast<uint64_t>(before)}});
+    return;
+  }
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    log::warn("nofile_limit_not_raised", {{"limit", static_cast<uint64_t>(before)},
+                                          {"hard_limit", static_cast<uint64_t>(limit.rlim_max)},
+                                          {"error", std::string(std::strerror(errno))}});
+    return;
+  }
+  log::info("nofile_limit_raised", {{"from", static_cast<uint64_t>(before)},
+                                    {"to", static_cast<uint64_t>(limit.rlim_max)}});
 }
 
 bool daemon_answers(const std::string& path) {
@@ -161,6 +184,7 @@ void Daemon::set_up_socket() {
 int Daemon::run() {
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
+  raise_open_file_limit();
   open_launcher();
   // The socket first: if another daemon answers on it, its sessions' cgroups
   // are live, not stale, and must not be touched.
@@ -204,6 +228,17 @@ int Daemon::run() {
     }
   }
   log::info("stopped");
+  if (!off_loop_.empty()) {
+    // A thread stuck in the kernel (on a caller's hung filesystem) can be
+    // neither cancelled nor joined, and it still uses this object: nothing may
+    // be destroyed under it, and exit-time work (a sanitizer's leak check
+    // stops every thread) would wait for it. The launchers go first; the rest
+    // ends with the process.
+    log::warn("exit_with_threads_stuck", {{"threads", static_cast<uint64_t>(off_loop_.size())}});
+    pool_.reset();
+    launcher_template_.reset();
+    _exit(0);
+  }
   return 0;
 }
 
@@ -223,13 +258,12 @@ void Daemon::accept_next() {
       return accept_next();
     }
     auto session = std::make_shared<Session>(*this, std::move(socket), peer, new_session_id());
-    if (sessions_.size() >= config_.max_sessions() + kHandshakeSlack) {
-      log::warn("connection_refused", {{"uid", static_cast<int64_t>(peer.uid)},
-                                       {"reason", std::string_view("too many connections")}});
-      sessions_.insert(session);
-      session->reject(v1::ERROR_TOO_MANY_SESSIONS, "the daemon has too many open connections");
+    sessions_.insert(session);
+    if (auto refusal = add_pending(peer.uid)) {
+      log::warn("connection_refused",
+                {{"uid", static_cast<int64_t>(peer.uid)}, {"reason", refusal->message}});
+      session->reject(refusal->code, refusal->message);
     } else {
-      sessions_.insert(session);
       idle_timer_.cancel();
       session->start();
     }
@@ -264,6 +298,64 @@ std::optional<wire::RequestError> Daemon::reserve_session(uid_t uid) {
 void Daemon::release_session(uid_t uid) {
   --live_sessions_;
   if (--sessions_per_uid_[uid] == 0) sessions_per_uid_.erase(uid);
+}
+
+std::optional<wire::RequestError> Daemon::add_pending(uid_t uid) {
+  const auto it = pending_per_uid_.find(uid);
+  const unsigned mine = it == pending_per_uid_.end() ? 0 : it->second;
+  if (mine >= config_.max_pending_per_uid()) {
+    return wire::RequestError{
+        v1::ERROR_TOO_MANY_PENDING_FOR_USER,
+        fmt::format("you already have {} requests pending (connections not yet answered or "
+                    "project lookups still running), the per-user limit",
+                    mine)};
+  }
+  if (pending_ >= kMaxPending) {
+    return wire::RequestError{
+        v1::ERROR_TOO_MANY_SESSIONS,
+        fmt::format("the daemon already has {} requests pending (its limit)", pending_)};
+  }
+  ++pending_;
+  ++pending_per_uid_[uid];
+  return std::nullopt;
+}
+
+void Daemon::release_pending(uid_t uid) {
+  --pending_;
+  if (--pending_per_uid_[uid] == 0) pending_per_uid_.erase(uid);
+}
+
+void Daemon::run_off_loop(uid_t uid, std::function<void()> work, std::function<void()> done) {
+  const uint64_t id = next_off_loop_id_++;
+  off_loop_.emplace(id, OffLoop{uid, std::move(done)});
+  // The thread starts with every signal blocked: SIGTERM and SIGINT are the
+  // event loop's, and a thread asleep in the kernel would leave them pending.
+  sigset_t all, saved;
+  sigfillset(&all);
+  if (const int err = pthread_sigmask(SIG_SETMASK, &all, &saved); err != 0) {
+    off_loop_.erase(id);
+    throw std::system_error(err, std::generic_category(), "pthread_sigmask");
+  }
+  // Detached: a thread stuck in the kernel can never be joined (see run()).
+  // Its completion is posted back; until it runs, `done` and the pending slot
+  // stay here.
+  try {
+    std::thread([this, id, work = std::move(work)] {
+      work();
+      asio::post(io_, [this, id] { off_loop_finished(id); });
+    }).detach();
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+    off_loop_.erase(id);
+    throw;
+  }
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+}
+
+void Daemon::off_loop_finished(uint64_t id) {
+  auto node = off_loop_.extract(id);
+  release_pending(node.mapped().uid);
+  node.mapped().done();
 }
 
 std::unique_ptr<SessionCgroup> Daemon::create_session_cgroup(const std::string& session_id,
@@ -313,14 +405,21 @@ void Daemon::arm_prestart_timer() {
   });
 }
 
-int Daemon::idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid, gid_t role_gid) {
+UniqueFd Daemon::idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid, gid_t role_gid) {
   // Bounded: callers are few, but a full cache just starts over.
   constexpr size_t kMaxCached = 64;
   const std::array<uint32_t, 4> key{caller_uid, caller_gid, role_uid, role_gid};
-  if (auto it = idmap_userns_.find(key); it != idmap_userns_.end()) return it->second.get();
-  if (idmap_userns_.size() >= kMaxCached) idmap_userns_.clear();
-  UniqueFd userns = sandbox::make_idmap_userns(caller_uid, caller_gid, role_uid, role_gid);
-  return idmap_userns_.emplace(key, std::move(userns)).first->second.get();
+  const std::lock_guard lock(idmap_mutex_);
+  auto it = idmap_userns_.find(key);
+  if (it == idmap_userns_.end()) {
+    if (idmap_userns_.size() >= kMaxCached) idmap_userns_.clear();
+    UniqueFd userns = sandbox::make_idmap_userns(caller_uid, caller_gid, role_uid, role_gid);
+    it = idmap_userns_.emplace(key, std::move(userns)).first;
+  }
+  // Its own fd: the cache may start over while the caller still uses it.
+  UniqueFd copy(fcntl(it->second.get(), F_DUPFD_CLOEXEC, 0));
+  if (!copy.valid()) throw std::system_error(errno, std::generic_category(), "dup idmap userns");
+  return copy;
 }
 
 void Daemon::defer_cgroup_removal(std::unique_ptr<SessionCgroup> cgroup) {
@@ -411,7 +510,7 @@ void Daemon::finish_if_drained() {
   io_.stop();
 }
 
-v1::Status Daemon::status(const PeerIdentity& peer, const std::string& project_root) {
+v1::Status Daemon::status() const {
   v1::Status status;
   status.set_version(PANDO_VERSION);
   status.set_live_sessions(live_sessions_);
@@ -426,35 +525,6 @@ v1::Status Daemon::status(const PeerIdentity& peer, const std::string& project_r
   const int abi = sandbox::landlock_abi_version();
   add("landlock", abi > 0, sandbox::landlock_status_detail());
   add("cgroups", cgroups_->mode() != CgroupMode::kNone, cgroups_->detail());
-  if (!project_root.empty()) {
-    const auto error = wire::check_project_root_string(project_root);
-    if (error.code != v1::ERROR_UNSPECIFIED) {
-      add("idmapped_mounts", false, project_root + ": " + error.message);
-      return status;
-    }
-    UniqueFd dir;
-    int open_errno = 0;
-    {
-      CallerFsIdentity as_caller(peer);
-      dir.reset(open_dir_no_symlinks(AT_FDCWD, project_root));
-      open_errno = errno;
-    }
-    if (!dir.valid()) {
-      add("idmapped_mounts", false, project_root + ": " + std::strerror(open_errno));
-      return status;
-    }
-    const RoleConfig& role = config_.workspace();
-    const std::optional<accounts::User> user = accounts::user_by_name(role.user());
-    const uid_t role_uid = user ? user->uid : 65534;
-    const gid_t role_gid = user ? user->gid : 65534;
-    try {
-      const auto check =
-          sandbox::check_idmap_support(dir.get(), peer.uid, peer.gid, role_uid, role_gid);
-      add("idmapped_mounts", check.supported, project_root + ": " + check.detail);
-    } catch (const std::exception& e) {
-      add("idmapped_mounts", false, project_root + ": " + e.what());
-    }
-  }
   return status;
 }
 

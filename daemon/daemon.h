@@ -6,8 +6,11 @@
 #include <sys/types.h>
 
 #include <array>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -41,6 +44,8 @@ class Daemon {
   int run();
 
   boost::asio::io_context& io() { return io_; }
+  // config() and role_config() never change after start: threads of
+  // run_off_loop() may read them.
   const DaemonConfig& config() const { return config_; }
   const RoleConfig& role_config(const std::string& role) const;
   // A launcher for a session: pre-started when one waits, else started now.
@@ -51,20 +56,36 @@ class Daemon {
   // The same, kPrestartDelay from now unless it happens sooner.
   void schedule_prestart_later();
   // The user namespace that idmaps caller -> role for mounts, made once per
-  // id quadruple (no process lives in it). Throws sandbox::SetupError.
-  int idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid, gid_t role_gid);
+  // id quadruple (no process lives in it); the caller gets its own fd to it.
+  // Thread-safe (run_off_loop() threads use it). Throws sandbox::SetupError
+  // or std::system_error.
+  UniqueFd idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid, gid_t role_gid);
   bool shutting_down() const { return shutting_down_; }
 
   // Session accounting: a launched session holds a reservation until it ends.
   std::optional<wire::RequestError> reserve_session(uid_t uid);
   void release_session(uid_t uid);
+  // Pending work of a uid: its connections not yet answered or launched, and
+  // its run_off_loop() threads that have not returned. Refused beyond
+  // max_pending_per_uid and, daemon-wide, beyond kMaxPending (which takes
+  // several users to fill).
+  std::optional<wire::RequestError> add_pending(uid_t uid);
+  void release_pending(uid_t uid);
+  // Runs `work` (which must not throw) on a thread of its own, then `done` on
+  // the event loop: work that touches a caller's files, which may block in the
+  // kernel for good (a hung FUSE or NFS mount). Takes over one pending slot of
+  // `uid` (add_pending) and releases it when the thread returns, however long
+  // after its connection ended. The thread holds nothing of the event loop's;
+  // `done` stays here. Throws std::system_error when no thread can be started.
+  void run_off_loop(uid_t uid, std::function<void()> work, std::function<void()> done);
   // nullptr when cgroups are unusable and the config allows running without limits.
   std::unique_ptr<SessionCgroup> create_session_cgroup(const std::string& session_id, uid_t caller,
                                                        const RoleConfig& role);
   void defer_cgroup_removal(std::unique_ptr<SessionCgroup> cgroup);
   void session_closed(Session* session);
 
-  pando::helper::v1::Status status(const PeerIdentity& peer, const std::string& project_root);
+  // The daemon's own layers; a project's idmap support is the session's to add.
+  pando::helper::v1::Status status() const;
 
  private:
   void open_launcher();
@@ -76,6 +97,7 @@ class Daemon {
   void arm_idle_timer();
   void retry_deferred_cgroups();
   void arm_prestart_timer();
+  void off_loop_finished(uint64_t id);
   std::string new_session_id();
 
   DaemonConfig config_;
@@ -97,12 +119,21 @@ class Daemon {
   boost::asio::steady_timer prestart_later_timer_;
   bool prestart_scheduled_ = false;
   bool prestart_later_armed_ = false;
-  std::map<std::array<uint32_t, 4>, UniqueFd> idmap_userns_;
+  std::mutex idmap_mutex_;
+  std::map<std::array<uint32_t, 4>, UniqueFd> idmap_userns_;  // guarded by idmap_mutex_
   std::optional<CgroupManager> cgroups_;
   std::set<std::shared_ptr<Session>> sessions_;
   std::vector<std::unique_ptr<SessionCgroup>> deferred_cgroups_;
   unsigned live_sessions_ = 0;
   std::map<uid_t, unsigned> sessions_per_uid_;
+  unsigned pending_ = 0;
+  std::map<uid_t, unsigned> pending_per_uid_;
+  struct OffLoop {
+    uid_t uid;
+    std::function<void()> done;
+  };
+  std::map<uint64_t, OffLoop> off_loop_;  // run_off_loop() threads not yet finished here
+  uint64_t next_off_loop_id_ = 0;
 };
 
 }  // namespace pando::daemon

@@ -14,6 +14,8 @@
 
 #include "common/blocked_syscall.h"
 
+#include "daemon/sandbox/mounts.h"
+
 namespace pando::daemon {
 
 namespace v1 = pando::helper::v1;
@@ -109,6 +111,25 @@ RequestError check_location_allowed(const std::string& path, const std::string& 
     }
   }
   return ok();
+}
+
+ProjectIdmapCheck check_project_idmap(const PeerIdentity& peer, const std::string& path,
+                                      uid_t role_uid, gid_t role_gid) {
+  UniqueFd dir;
+  int open_errno = 0;
+  {
+    CallerFsIdentity as_caller(peer);
+    dir.reset(open_dir_no_symlinks(AT_FDCWD, path));
+    open_errno = errno;
+  }
+  if (!dir.valid()) return {false, path + ": " + std::strerror(open_errno)};
+  try {
+    const auto check =
+        sandbox::check_idmap_support(dir.get(), peer.uid, peer.gid, role_uid, role_gid);
+    return {check.supported, path + ": " + check.detail};
+  } catch (const std::exception& e) {
+    return {false, path + ": " + e.what()};
+  }
 }
 
 std::variant<ResolvedProject, RequestError> resolve_project(const PeerIdentity& peer,

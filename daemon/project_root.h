@@ -34,6 +34,16 @@ std::variant<ResolvedProject, wire::RequestError> resolve_project(const PeerIden
                                                                   const std::string& path,
                                                                   const std::string& role);
 
+// What `security status` says of a project: whether the caller's directory
+// (opened with the caller's own filesystem identity) can be idmapped to the
+// role. `detail` names the project, and the filesystem or the reason.
+struct ProjectIdmapCheck {
+  bool supported = false;
+  std::string detail;
+};
+ProjectIdmapCheck check_project_idmap(const PeerIdentity& peer, const std::string& path,
+                                      uid_t role_uid, gid_t role_gid);
+
 // openat2() with RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS (and
 // RESOLVE_BENEATH when dirfd is not AT_FDCWD); O_PATH | O_DIRECTORY | O_CLOEXEC.
 int open_dir_no_symlinks(int dirfd, const std::string& path);

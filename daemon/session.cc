@@ -2,19 +2,23 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/magic.h>
 #include <poll.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <system_error>
 
+#include "common/accounts.h"
 #include "common/fd_passing.h"
 #include "common/json_log.h"
 #include "daemon/daemon.h"
@@ -50,6 +54,60 @@ bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 
 }  // namespace
 
+// What a launch's thread (Daemon::run_off_loop) hands back to the event loop.
+struct PreparedLaunch {
+  std::optional<wire::RequestError> error;
+  sbv1::SandboxPlan plan;
+  sandbox::PlanTrees trees;  // idmapped clones of the caller's directories, runtime paths
+  std::string auth_home_note;
+};
+
+namespace {
+
+// On a thread of its own: everything of a launch that touches a filesystem
+// (resolving the project as the caller, creating .pando-sandbox, the idmapped
+// clones, the runtime paths' clones), which a hung one can block in the
+// kernel. Of the daemon it uses only what is safe from any thread (config,
+// idmap_userns).
+void prepare_launch(Daemon& daemon, const PeerIdentity& peer, const std::string& session_id,
+                    const wire::ValidRequest& request, PreparedLaunch& out) {
+  try {
+    const std::string role = wire::role_name(request.role);
+    auto resolved = resolve_project(peer, request.project_root, role);
+    if (auto* error = std::get_if<wire::RequestError>(&resolved)) {
+      out.error = *error;
+      return;
+    }
+    const auto& project = std::get<ResolvedProject>(resolved);
+    out.auth_home_note = project.auth_home_note;
+    auto plan = build_plan(session_id, request.role, daemon.role_config(role), peer, project,
+                           daemon.config());
+    if (auto* error = std::get_if<wire::RequestError>(&plan)) {
+      out.error = *error;
+      return;
+    }
+    out.plan = std::move(std::get<sbv1::SandboxPlan>(plan));
+    // The caller's directories, idmapped here: an unsupported filesystem is
+    // refused before any launcher is involved.
+    const sbv1::IdMapping& ids = out.plan.ids();
+    const UniqueFd userns =
+        daemon.idmap_userns(ids.caller_uid(), ids.caller_gid(), ids.role_uid(), ids.role_gid());
+    out.trees.caller = sandbox::clone_caller_trees(
+        out.plan.project_root(), project.root.get(), project.sandbox_dir.get(),
+        project.auth_home.valid() ? project.auth_home.get() : -1, userns.get(),
+        out.plan.project_writable());
+    for (const std::string& path : out.plan.runtime_paths()) {
+      out.trees.runtime.push_back(sandbox::clone_runtime_tree(path));
+    }
+  } catch (const sandbox::SetupError& e) {
+    out.error = wire::RequestError{e.code(), e.what()};
+  } catch (const std::exception& e) {
+    out.error = wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};
+  }
+}
+
+}  // namespace
+
 Session::Session(Daemon& daemon, Socket socket, PeerIdentity peer, std::string id)
     : daemon_(daemon),
       socket_(std::move(socket)),
@@ -66,6 +124,7 @@ Session::Session(Daemon& daemon, Socket socket, PeerIdentity peer, std::string i
 }
 
 void Session::start() {
+  pending_ = true;
   socket_.non_blocking(true);
   handshake_timer_.expires_after(
       std::chrono::milliseconds(daemon_.config().handshake_timeout_ms()));
@@ -78,51 +137,71 @@ void Session::start() {
   read_preface();
 }
 
-void Session::read_preface() {
-  asio::async_read(socket_, asio::buffer(preface_),
-                   [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                     if (self->state_ == State::kClosed) return;
-                     if (ec) return self->close();
-                     switch (wire::check_preface(self->preface_)) {
-                       case wire::PrefaceCheck::kBadMagic:
-                         return self->reject(v1::ERROR_BAD_PREFACE,
-                                             "this is not a pando-helper client (bad preface)");
-                       case wire::PrefaceCheck::kUnsupportedVersion:
-                         return self->reject(v1::ERROR_UNSUPPORTED_VERSION,
-                                             fmt::format("protocol version not supported; this "
-                                                         "daemon speaks version {}",
-                                                         wire::kProtocolVersion));
-                       case wire::PrefaceCheck::kOk:
-                         self->state_ = State::kRequest;
-                         return self->read_request_header();
-                     }
-                   });
-}
-
-// The request header is read with recvmsg(): the fds of direct stdio arrive
-// as SCM_RIGHTS with the first byte of the LaunchRequest frame.
-void Session::read_request_header() {
+void Session::wait_readable(void (Session::*receive)()) {
   socket_.async_wait(Socket::wait_read,
-                     [self = shared_from_this()](const boost::system::error_code& ec) {
+                     [self = shared_from_this(), receive](const boost::system::error_code& ec) {
                        if (self->state_ == State::kClosed) return;
                        if (ec) return self->close();
-                       self->receive_request_header();
+                       ((*self).*receive)();
                      });
 }
 
-void Session::receive_request_header() {
+// Every handshake byte comes through recvmsg() with room for fds, so none
+// slip in unseen. Fds count only with the request header, in the one message
+// that brings all of it (how the client sends them: attached to the frame's
+// first byte); with any other read they are closed at once and the request
+// refused, so a connection never holds more than one request's fds.
+Session::Received Session::receive_part(uint8_t* data, size_t size, size_t& have,
+                                        bool fds_allowed) {
+  std::vector<UniqueFd> fds;
   bool truncated = false;
-  const ssize_t n = receive_with_fds(socket_.native_handle(), header_.data() + header_have_,
-                                     header_.size() - header_have_, kMaxPassedFds, MSG_DONTWAIT,
-                                     passed_fds_, truncated);
-  if (n < 0 && would_block(errno)) return read_request_header();
-  if (n <= 0) return close();
-  // Stream socket: only the fds can be cut off.
-  if (truncated) {
-    return reject(v1::ERROR_BAD_STDIO_FDS, "too many file descriptors attached to the request");
+  const ssize_t n = receive_with_fds(socket_.native_handle(), data + have, size - have,
+                                     kMaxPassedFds, MSG_DONTWAIT, fds, truncated);
+  if (n < 0 && would_block(errno)) return Received::kMore;
+  if (n <= 0) {
+    close();
+    return Received::kEnded;
   }
-  header_have_ += static_cast<size_t>(n);
-  if (header_have_ < header_.size()) return read_request_header();
+  // Stream socket: only the fds can be cut off (MSG_CTRUNC; the kernel closed
+  // the rest).
+  const bool with_header = fds_allowed && have == 0 && static_cast<size_t>(n) == size;
+  if (truncated || (!fds.empty() && !with_header)) {
+    fds.clear();
+    reject(v1::ERROR_BAD_STDIO_FDS,
+           truncated ? "too many file descriptors attached to the request"
+                     : "file descriptors may only come with the request header, in one message");
+    return Received::kEnded;
+  }
+  if (!fds.empty()) passed_fds_ = std::move(fds);
+  have += static_cast<size_t>(n);
+  return have == size ? Received::kAll : Received::kMore;
+}
+
+void Session::read_preface() { wait_readable(&Session::receive_preface); }
+
+void Session::receive_preface() {
+  const Received got = receive_part(preface_.data(), preface_.size(), preface_have_, false);
+  if (got == Received::kEnded) return;
+  if (got == Received::kMore) return read_preface();
+  switch (wire::check_preface(preface_)) {
+    case wire::PrefaceCheck::kBadMagic:
+      return reject(v1::ERROR_BAD_PREFACE, "this is not a pando-helper client (bad preface)");
+    case wire::PrefaceCheck::kUnsupportedVersion:
+      return reject(v1::ERROR_UNSUPPORTED_VERSION,
+                    fmt::format("protocol version not supported; this daemon speaks version {}",
+                                wire::kProtocolVersion));
+    case wire::PrefaceCheck::kOk:
+      state_ = State::kRequest;
+      return read_request_header();
+  }
+}
+
+void Session::read_request_header() { wait_readable(&Session::receive_request_header); }
+
+void Session::receive_request_header() {
+  const Received got = receive_part(header_.data(), header_.size(), header_have_, true);
+  if (got == Received::kEnded) return;
+  if (got == Received::kMore) return read_request_header();
   const wire::FrameHeader header = wire::decode_header(header_);
   if (header.type != v1::FRAME_LAUNCH_REQUEST && header.type != v1::FRAME_STATUS_REQUEST) {
     return reject(v1::ERROR_UNEXPECTED_FRAME,
@@ -133,7 +212,9 @@ void Session::receive_request_header() {
                   fmt::format("frame of {} bytes is over the {} byte cap", header.length,
                               wire::max_payload(header.type)));
   }
-  read_request_payload(header.type, header.length);
+  request_type_ = header.type;
+  request_payload_.resize(header.length);
+  read_request_payload();
 }
 
 std::optional<wire::RequestError> Session::take_direct_stdio() {
@@ -145,17 +226,25 @@ std::optional<wire::RequestError> Session::take_direct_stdio() {
     return bad("direct stdio takes exactly two fds (stdin, stdout), got " +
                std::to_string(passed_fds_.size()));
   }
-  // Only pipes: a terminal (TIOCSTI), a socket or a file of the caller's
-  // would hand the role more than a byte stream.
+  // Only anonymous pipes: a terminal (TIOCSTI), a socket or a file of the
+  // caller's would hand the role more than a byte stream; a named FIFO is a
+  // file on a filesystem (reopened through /proc/self/fd, with any mode the
+  // role may ask for); an O_PATH fd is no stream at all.
   for (size_t i = 0; i < 2; ++i) {
+    const std::string name = i == 0 ? "stdin" : "stdout";
+    const int fd = passed_fds_[i].get();
     struct stat st {};
-    const int flags = fcntl(passed_fds_[i].get(), F_GETFL);
-    if (fstat(passed_fds_[i].get(), &st) != 0 || !S_ISFIFO(st.st_mode) || flags < 0) {
-      return bad(std::string(i == 0 ? "stdin" : "stdout") + " fd is not a pipe");
+    struct statfs fs {};
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fstat(fd, &st) != 0 || fstatfs(fd, &fs) != 0) {
+      return bad(name + " fd cannot be inspected: " + std::strerror(errno));
     }
+    if (flags & O_PATH) return bad(name + " fd is an O_PATH descriptor, not a pipe");
+    if (!S_ISFIFO(st.st_mode)) return bad(name + " fd is not a pipe");
+    if (fs.f_type != PIPEFS_MAGIC) return bad(name + " fd is a named FIFO, not an anonymous pipe");
     const int mode = flags & O_ACCMODE;
     if ((i == 0 && mode == O_WRONLY) || (i == 1 && mode == O_RDONLY)) {
-      return bad(std::string(i == 0 ? "stdin fd is not readable" : "stdout fd is not writable"));
+      return bad(i == 0 ? "stdin fd is not readable" : "stdout fd is not writable");
     }
   }
   direct_.emplace();
@@ -165,26 +254,106 @@ std::optional<wire::RequestError> Session::take_direct_stdio() {
   return std::nullopt;
 }
 
-void Session::read_request_payload(uint8_t type, uint32_t length) {
-  request_payload_.resize(length);
-  asio::async_read(socket_, asio::buffer(request_payload_),
-                   [self = shared_from_this(), type](const boost::system::error_code& ec, size_t) {
-                     if (self->state_ == State::kClosed) return;
-                     if (ec) return self->close();
-                     if (type == v1::FRAME_STATUS_REQUEST) {
-                       return self->handle_status_request(self->request_payload_);
-                     }
-                     self->handle_launch_request(self->request_payload_);
-                   });
+void Session::read_request_payload() {
+  // An empty payload (a status request without a project) is complete as is:
+  // a zero-byte read would look like end of file.
+  if (payload_have_ == request_payload_.size()) return handle_request();
+  wait_readable(&Session::receive_request_payload);
+}
+
+void Session::receive_request_payload() {
+  const Received got =
+      receive_part(request_payload_.data(), request_payload_.size(), payload_have_, false);
+  if (got == Received::kEnded) return;
+  if (got == Received::kMore) return read_request_payload();
+  handle_request();
+}
+
+void Session::handle_request() {
+  if (request_type_ == v1::FRAME_STATUS_REQUEST) return handle_status_request(request_payload_);
+  handle_launch_request(request_payload_);
+}
+
+std::optional<wire::RequestError> Session::resolve_off_loop(std::function<void()> work,
+                                                            std::function<void()> done,
+                                                            std::function<void()> timed_out) {
+  try {
+    daemon_.run_off_loop(peer_.uid, std::move(work),
+                         [self = shared_from_this(), done = std::move(done)] {
+                           // Refused (timeout, shutdown) or gone meanwhile:
+                           // what the thread made is dropped.
+                           if (self->state_ != State::kResolving) return;
+                           self->handshake_timer_.cancel();
+                           done();
+                         });
+  } catch (const std::system_error& e) {
+    return wire::RequestError{v1::ERROR_LAUNCH_FAILED,
+                              std::string("cannot start a thread for the project: ") + e.what()};
+  }
+  // The thread holds the connection's pending slot now, until it returns.
+  pending_ = false;
+  state_ = State::kResolving;
+  watch_hangup();
+  // A thread stuck in the kernel cannot be cancelled: the client gets its
+  // answer in time anyway, and the thread keeps its slot.
+  handshake_timer_.expires_after(
+      std::chrono::milliseconds(daemon_.config().handshake_timeout_ms()));
+  handshake_timer_.async_wait([self = shared_from_this(), timed_out = std::move(timed_out)](
+                                  const boost::system::error_code& ec) {
+    if (!ec && self->state_ == State::kResolving) timed_out();
+  });
+  return std::nullopt;
 }
 
 void Session::handle_status_request(const std::vector<uint8_t>& payload) {
   handshake_timer_.cancel();
+  if (!passed_fds_.empty()) {
+    return reject(v1::ERROR_BAD_STDIO_FDS, "a status request takes no file descriptors");
+  }
   v1::StatusRequest request;
   if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
     return reject(v1::ERROR_MALFORMED_REQUEST, "status request does not parse");
   }
-  const v1::Status status = daemon_.status(peer_, request.project_root());
+  auto status = std::make_shared<v1::Status>(daemon_.status());
+  const std::string root = request.project_root();
+  if (root.empty()) return send_status(*status);
+  const auto add_layer = [status](bool available, const std::string& detail) {
+    auto* layer = status->add_layers();
+    layer->set_name("idmapped_mounts");
+    layer->set_available(available);
+    layer->set_detail(detail);
+  };
+  if (const auto error = wire::check_project_root_string(root);
+      error.code != v1::ERROR_UNSPECIFIED) {
+    add_layer(false, root + ": " + error.message);
+    return send_status(*status);
+  }
+  const RoleConfig& role = daemon_.config().workspace();
+  const std::optional<accounts::User> user = accounts::user_by_name(role.user());
+  const uid_t role_uid = user ? user->uid : 65534;
+  const gid_t role_gid = user ? user->gid : 65534;
+  auto check = std::make_shared<ProjectIdmapCheck>();
+  const auto error = resolve_off_loop(
+      [check, peer = peer_, root, role_uid, role_gid] {
+        try {
+          *check = check_project_idmap(peer, root, role_uid, role_gid);
+        } catch (const std::exception& e) {
+          *check = {false, root + ": " + e.what()};
+        }
+      },
+      [this, status, check, add_layer] {
+        add_layer(check->supported, check->detail);
+        send_status(*status);
+      },
+      [this, status, root, add_layer] {
+        add_layer(false, fmt::format("{}: no answer within {} ms (is its filesystem hung?)", root,
+                                     daemon_.config().handshake_timeout_ms()));
+        send_status(*status);
+      });
+  if (error) reject(error->code, error->message);
+}
+
+void Session::send_status(const v1::Status& status) {
   // The buffer must outlive the asynchronous write: the handler owns it.
   auto frame =
       std::make_shared<std::vector<uint8_t>>(wire::encode_message_frame(v1::FRAME_STATUS, status));
@@ -201,7 +370,7 @@ void Session::handle_launch_request(const std::vector<uint8_t>& payload) {
   if (auto* error = std::get_if<wire::RequestError>(&result)) {
     return reject(error->code, error->message);
   }
-  const auto& request = std::get<wire::ValidRequest>(result);
+  const auto request = std::get<wire::ValidRequest>(result);
   if (auto error = take_direct_stdio()) return reject(error->code, error->message);
   direct_stdio_ = direct_.has_value();
   role_ = wire::role_name(request.role);
@@ -211,7 +380,27 @@ void Session::handle_launch_request(const std::vector<uint8_t>& payload) {
                                  {"pid", static_cast<int64_t>(peer_.pid)},
                                  {"role", role_},
                                  {"project_root", project_root_}});
-  if (auto error = launch(request)) return reject(error->code, error->message);
+  if (auto error = admit_launch()) return reject(error->code, error->message);
+  auto prepared = std::make_shared<PreparedLaunch>();
+  const auto error = resolve_off_loop(
+      [&daemon = daemon_, prepared, peer = peer_, id = id_, request] {
+        prepare_launch(daemon, peer, id, request, *prepared);
+      },
+      [this, prepared] { on_launch_prepared(*prepared); },
+      [this] {
+        reject(v1::ERROR_PROJECT_TIMEOUT,
+               fmt::format("project {} did not answer within {} ms (is its filesystem hung?)",
+                           project_root_, daemon_.config().handshake_timeout_ms()));
+      });
+  if (error) reject(error->code, error->message);
+}
+
+void Session::on_launch_prepared(PreparedLaunch& prepared) {
+  if (prepared.error) return reject(prepared.error->code, prepared.error->message);
+  if (!prepared.auth_home_note.empty()) {
+    log::warn("auth_home_skipped", {{"session", id_}, {"reason", prepared.auth_home_note}});
+  }
+  if (auto error = launch(prepared)) return reject(error->code, error->message);
   state_ = State::kStarting;
   watch_hangup();
   wait_for_control();
@@ -256,7 +445,7 @@ void Session::reject(v1::ErrorCode code, const std::string& message) {
   close();
 }
 
-std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& request) {
+std::optional<wire::RequestError> Session::admit_launch() {
   if (daemon_.shutting_down()) {
     return wire::RequestError{v1::ERROR_SHUTTING_DOWN, "the daemon is shutting down"};
   }
@@ -266,39 +455,13 @@ std::optional<wire::RequestError> Session::launch(const wire::ValidRequest& requ
   }
   if (auto error = daemon_.reserve_session(peer_.uid)) return error;
   reserved_ = true;
+  return std::nullopt;
+}
 
-  const RoleConfig& role_config =
-      request.role == v1::ROLE_CORE ? daemon_.config().core() : daemon_.config().workspace();
-  auto resolved = resolve_project(peer_, request.project_root, role_);
-  if (auto* error = std::get_if<wire::RequestError>(&resolved)) return *error;
-  auto& project = std::get<ResolvedProject>(resolved);
-  if (!project.auth_home_note.empty()) {
-    log::warn("auth_home_skipped", {{"session", id_}, {"reason", project.auth_home_note}});
-  }
-
-  auto plan = build_plan(id_, request.role, role_config, peer_, project, daemon_.config());
-  if (auto* error = std::get_if<wire::RequestError>(&plan)) return *error;
-  auto& sandbox_plan = std::get<sbv1::SandboxPlan>(plan);
-
-  // The caller's directories, idmapped here: an unsupported filesystem is
-  // refused before any launcher is involved.
-  sandbox::PlanTrees trees;
-  try {
-    const sbv1::IdMapping& ids = sandbox_plan.ids();
-    const int userns =
-        daemon_.idmap_userns(ids.caller_uid(), ids.caller_gid(), ids.role_uid(), ids.role_gid());
-    trees.caller = sandbox::clone_caller_trees(
-        sandbox_plan.project_root(), project.root.get(), project.sandbox_dir.get(),
-        project.auth_home.valid() ? project.auth_home.get() : -1, userns,
-        sandbox_plan.project_writable());
-    for (const std::string& path : sandbox_plan.runtime_paths()) {
-      trees.runtime.push_back(sandbox::clone_runtime_tree(path));
-    }
-  } catch (const sandbox::SetupError& e) {
-    return wire::RequestError{e.code(), e.what()};
-  } catch (const std::exception& e) {
-    return wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};
-  }
+std::optional<wire::RequestError> Session::launch(PreparedLaunch& prepared) {
+  const RoleConfig& role_config = daemon_.role_config(role_);
+  const sbv1::SandboxPlan& sandbox_plan = prepared.plan;
+  const sandbox::PlanTrees& trees = prepared.trees;
   try {
     cgroup_ = daemon_.create_session_cgroup(id_, peer_.uid, role_config);
   } catch (const std::exception& e) {
@@ -717,7 +880,7 @@ void Session::client_gone(const char* why) {
 }
 
 void Session::shut_down() {
-  if (state_ == State::kPreface || state_ == State::kRequest) {
+  if (state_ == State::kPreface || state_ == State::kRequest || state_ == State::kResolving) {
     return reject(v1::ERROR_SHUTTING_DOWN, "the daemon is shutting down");
   }
   if (state_ == State::kClosed) return;
@@ -854,6 +1017,10 @@ void Session::close() {
   }
   if (reserved_) daemon_.release_session(peer_.uid);
   reserved_ = false;
+  if (pending_) daemon_.release_pending(peer_.uid);
+  pending_ = false;
+  passed_fds_.clear();
+  direct_.reset();
   if (launched_) daemon_.schedule_prestart();
   daemon_.session_closed(this);
 }

@@ -2,10 +2,12 @@
 
 // One client connection: handshake, launch, then the stdio relay until the
 // role exits. States, in order:
-//   kPreface  -> 8-byte preface
-//   kRequest  -> one LaunchRequest (or StatusRequest) frame
-//   kStarting -> sandbox launcher running its setup; no client frame is read
-//   kRunning  -> StdinData / StdinEof / Signal frames in; stdout/stderr data out
+//   kPreface   -> 8-byte preface
+//   kRequest   -> one LaunchRequest (or StatusRequest) frame
+//   kResolving -> the caller's project resolved on a thread of its own
+//                 (Daemon::run_off_loop), bounded by the handshake timeout
+//   kStarting  -> sandbox launcher running its setup; no client frame is read
+//   kRunning   -> StdinData / StdinEof / Signal frames in; stdout/stderr data out
 //   kClosed
 // Any other frame in a state, a frame over its cap, or a silent client past the
 // handshake timeout ends the connection with a Rejected frame and its code.
@@ -15,6 +17,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +36,7 @@
 namespace pando::daemon {
 
 class Daemon;
+struct PreparedLaunch;
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -41,6 +45,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   Session(Daemon& daemon, Socket socket, PeerIdentity peer, std::string id);
 
+  // Call once the daemon counted the connection as pending (add_pending): the
+  // session gives that slot back when it is launched or closed.
   void start();
   // Daemon shutdown: handshakes are refused, live sessions are killed and end
   // with an Exit saying so.
@@ -51,7 +57,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool launched() const { return launched_; }
 
  private:
-  enum class State { kPreface, kRequest, kStarting, kRunning, kClosed };
+  enum class State { kPreface, kRequest, kResolving, kStarting, kRunning, kClosed };
+  enum class Received { kAll, kMore, kEnded };
 
   struct OutputPipe {
     explicit OutputPipe(boost::asio::io_context& io) : descriptor(io) {}
@@ -63,16 +70,31 @@ class Session : public std::enable_shared_from_this<Session> {
   };
 
   // Handshake.
+  void wait_readable(void (Session::*receive)());
+  Received receive_part(uint8_t* data, size_t size, size_t& have, bool fds_allowed);
   void read_preface();
+  void receive_preface();
   void read_request_header();
   void receive_request_header();
   std::optional<wire::RequestError> take_direct_stdio();
-  void read_request_payload(uint8_t type, uint32_t length);
+  void read_request_payload();
+  void receive_request_payload();
+  void handle_request();
   void handle_launch_request(const std::vector<uint8_t>& payload);
   void handle_status_request(const std::vector<uint8_t>& payload);
+  void send_status(const pando::helper::v1::Status& status);
+  // Hands `work` (the part that touches the caller's files) to a thread of its
+  // own with this connection's pending slot; `done` runs on the event loop,
+  // only while the session still waits for it. Past the handshake timeout
+  // `timed_out` runs instead.
+  std::optional<wire::RequestError> resolve_off_loop(std::function<void()> work,
+                                                     std::function<void()> done,
+                                                     std::function<void()> timed_out);
 
   // Launch.
-  std::optional<wire::RequestError> launch(const wire::ValidRequest& request);
+  std::optional<wire::RequestError> admit_launch();
+  void on_launch_prepared(PreparedLaunch& prepared);
+  std::optional<wire::RequestError> launch(PreparedLaunch& prepared);
   void wait_for_control();
   void handle_control_events();
   void handle_sandbox_event(const pando::helper::sandbox::v1::SandboxEvent& event);
@@ -109,15 +131,19 @@ class Session : public std::enable_shared_from_this<Session> {
   boost::asio::steady_timer handshake_timer_;
   std::chrono::steady_clock::time_point started_at_;
 
+  bool pending_ = false;  // holds one of the daemon's pending slots (add_pending)
   std::array<uint8_t, wire::kPrefaceSize> preface_{};
+  size_t preface_have_ = 0;
   std::array<uint8_t, wire::kHeaderSize> header_{};
   size_t header_have_ = 0;
+  uint8_t request_type_ = 0;
   // fds attached to the request (direct stdio); more than this is refused.
   static constexpr size_t kMaxPassedFds = 4;
   std::vector<UniqueFd> passed_fds_;
   std::optional<DirectStdio> direct_;
   bool direct_stdio_ = false;
   std::vector<uint8_t> request_payload_;
+  size_t payload_have_ = 0;
 
   // Launch results.
   bool launched_ = false;

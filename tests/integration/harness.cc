@@ -225,6 +225,7 @@ Daemon::Daemon(DaemonOptions options) {
          << "handshake_timeout_ms: " << options.handshake_timeout_ms << "\n"
          << "max_sessions: " << options.max_sessions << "\n"
          << "max_sessions_per_uid: " << options.max_sessions_per_uid << "\n"
+         << "max_pending_per_uid: " << options.max_pending_per_uid << "\n"
          << "log_level: \"debug\"\n"
          << role("core", core_user().name, options.core_argv_text)
          << role("workspace", workspace_user().name, options.workspace_argv_text)

@@ -63,8 +63,10 @@ struct DaemonOptions {
   unsigned handshake_timeout_ms = 2000;
   unsigned max_sessions = 200;
   unsigned max_sessions_per_uid = 200;
-  std::string socket_path;             // empty: <temp dir>/run/helper.sock
-  bool expect_start = true;            // false: the daemon is expected to exit at start
+  // Above the daemon's default of 8: tests start many sessions of one user at once.
+  unsigned max_pending_per_uid = 64;
+  std::string socket_path;   // empty: <temp dir>/run/helper.sock
+  bool expect_start = true;  // false: the daemon is expected to exit at start
   std::vector<int> drop_capabilities;  // removed from the daemon's bounding set
   // System calls that fail with ENOSYS in the daemon and its children, as a service manager's
   // seccomp filter makes them (systemd's RestrictSUIDSGID= does it to openat2).

@@ -50,6 +50,7 @@ prop() {
 [ "$(prop OOMPolicy "$service")" = continue ] || fail "OOMPolicy=continue"
 [ "$(prop Delegate "$service")" = "memory pids cpu" ] || fail "Delegate"
 [ "$(prop NoNewPrivileges "$service")" = yes ] || fail "NoNewPrivileges"
+[ "$(prop LimitNOFILE "$service")" = 65536 ] || fail "LimitNOFILE=65536 (the daemon raises its soft limit to it)"
 
 # The daemon must share the host's mount namespace (open_tree refuses mounts of
 # another namespace), and systemd's seccomp filters are inherited by sessions:

@@ -46,6 +46,7 @@ TEST(Config, DefaultsAreFilledIn) {
   EXPECT_EQ(config.caller_limits().memory_max_bytes(), 8ULL << 30);
   EXPECT_EQ(config.caller_limits().pids_max(), 1024u);
   EXPECT_EQ(config.caller_limits().cpu_max_percent(), 400u);
+  EXPECT_EQ(config.max_pending_per_uid(), 8u);
 }
 
 TEST(Config, ReadOnlyPathsAreNormalizedAndRelative) {
@@ -139,6 +140,11 @@ TEST(Config, RejectsBadValues) {
   EXPECT_NE(error_of(std::string(kRoles) + "prestarted_sandboxes: 17").find("prestarted_sandboxes"),
             std::string::npos);
   EXPECT_EQ(error_of(std::string(kRoles) + "prestarted_sandboxes: 0"), "");
+  EXPECT_NE(error_of(std::string(kRoles) + "max_pending_per_uid: 0").find("max_pending_per_uid"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kRoles) + "max_pending_per_uid: 65").find("max_pending_per_uid"),
+            std::string::npos);
+  EXPECT_EQ(error_of(std::string(kRoles) + "max_pending_per_uid: 64"), "");
   std::string many_paths = "core { user: \"c\" argv: \"/bin/sh\"";
   for (int i = 0; i < 33; ++i) many_paths += " runtime_paths: \"/opt/p" + std::to_string(i) + "\"";
   EXPECT_NE(error_of(many_paths + " } workspace { user: \"w\" argv: \"/bin/sh\" }")
