@@ -128,9 +128,20 @@ void attach(int mount_fd, int target_fd, const std::string& what) {
   }
 }
 
+UniqueFd clone_private(int dir_fd, const char* path, unsigned flags, const std::string& what) {
+  UniqueFd tree(open_tree(dir_fd, path, flags | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  if (!tree.valid()) return tree;
+  mount_attr attr{};
+  attr.propagation = MS_PRIVATE;
+  if (mount_setattr(tree.get(), "", AT_EMPTY_PATH | (flags & AT_RECURSIVE), &attr, sizeof(attr)) !=
+      0) {
+    throw_errno("make the copy of " + what + " private");
+  }
+  return tree;
+}
+
 UniqueFd clone_host_tree(int dir_fd, const char* path, bool recursive, const std::string& what) {
-  const unsigned flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (recursive ? AT_RECURSIVE : 0);
-  UniqueFd tree(open_tree(dir_fd, path, flags));
+  UniqueFd tree = clone_private(dir_fd, path, recursive ? AT_RECURSIVE : 0, what);
   if (!tree.valid()) {
     if (errno == ENOENT) fail(what + " does not exist on the host");
     throw_errno("open_tree " + what);
@@ -139,7 +150,7 @@ UniqueFd clone_host_tree(int dir_fd, const char* path, bool recursive, const std
 }
 
 void mask_with(int root_fd, const char* mask, int target_fd, const std::string& what) {
-  UniqueFd clone(open_tree(root_fd, mask, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  UniqueFd clone = clone_private(root_fd, mask, 0, "mask for " + what);
   if (!clone.valid()) throw_errno("open_tree mask for " + what);
   set_mount_attrs(clone.get(), kReadOnlyAttrs | MOUNT_ATTR_NOEXEC, false, "mask " + what);
   attach(clone.get(), target_fd, "mask " + what);

@@ -58,6 +58,13 @@ void set_mount_attrs(int mount_fd, std::uint64_t attrs, bool recursive, const st
 void verify_mount_flags(int fd, unsigned long want, const std::string& what);
 // Moves the detached mount `mount_fd` onto `target_fd` (an O_PATH fd).
 void attach(int mount_fd, int target_fd, const std::string& what);
+// A detached copy (open_tree(OPEN_TREE_CLONE) with `flags`, e.g. AT_EMPTY_PATH,
+// AT_RECURSIVE) that propagates nothing. A copy of a shared mount joins the
+// source's peer group (systemd makes / shared): mounts placed on it would
+// appear on the host, outliving the session, and the host's would appear
+// inside. Every copy the view is built from comes from here. Returns an
+// invalid fd with errno set when open_tree fails.
+UniqueFd clone_private(int dir_fd, const char* path, unsigned flags, const std::string& what);
 // A detached copy of a root-owned host location (system dirs, runtime paths).
 UniqueFd clone_host_tree(int dir_fd, const char* path, bool recursive, const std::string& what);
 

@@ -176,7 +176,7 @@ void apply_idmap(int tree_fd, int userns_fd, int fs_fd, const std::string& what)
 
 // A detached, idmapped copy of the caller's directory `dir_fd`.
 UniqueFd idmapped_clone(int dir_fd, int userns_fd, bool writable, const std::string& what) {
-  UniqueFd tree(open_tree(dir_fd, "", AT_EMPTY_PATH | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  UniqueFd tree = clone_private(dir_fd, "", AT_EMPTY_PATH, what);
   if (!tree.valid()) throw_errno("open_tree(OPEN_TREE_CLONE) " + what);
   std::uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
   if (!writable) attrs |= MOUNT_ATTR_RDONLY;
@@ -361,8 +361,8 @@ void populate_proc(int root_fd, int proc_fd) {
       if (errno == ENOENT) continue;
       throw_errno(std::string("open /proc/") + name);
     }
-    UniqueFd clone(open_tree(
-        proc_fd, name, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW));
+    UniqueFd clone = clone_private(proc_fd, name, AT_RECURSIVE | AT_SYMLINK_NOFOLLOW,
+                                   std::string("/proc/") + name);
     if (!clone.valid()) throw_errno(std::string("open_tree /proc/") + name);
     set_mount_attrs(clone.get(), kReadOnlyAttrs | MOUNT_ATTR_NOEXEC, true,
                     std::string("/proc/") + name);

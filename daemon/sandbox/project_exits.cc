@@ -230,8 +230,7 @@ bool ProjectGuard::pin(const std::string& relative, bool read_only) {
   if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
     unsupported(relative, "it is neither a directory nor a regular file (a symbolic link?)");
   }
-  UniqueFd clone(open_tree(target.get(), "",
-                           AT_EMPTY_PATH | AT_RECURSIVE | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  UniqueFd clone = clone_private(target.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, shown(relative));
   if (!clone.valid()) throw_errno("open_tree " + shown(relative));
   if (read_only) set_mount_attrs(clone.get(), MOUNT_ATTR_RDONLY, false, shown(relative));
   attach(clone.get(), target.get(), shown(relative));

@@ -9,7 +9,9 @@
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <pwd.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -254,6 +256,10 @@ Daemon::Daemon(DaemonOptions options) {
     if (!options.enosys_syscalls.empty() &&
         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0) != 0) {
       _exit(125);
+    }
+    if (options.shared_mounts &&
+        (unshare(CLONE_NEWNS) != 0 || mount("", "/", nullptr, MS_REC | MS_SHARED, nullptr) != 0)) {
+      _exit(124);
     }
     const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     const int devnull = open("/dev/null", O_RDONLY);

@@ -65,12 +65,16 @@ struct DaemonOptions {
   unsigned max_sessions_per_uid = 200;
   // Above the daemon's default of 8: tests start many sessions of one user at once.
   unsigned max_pending_per_uid = 64;
-  std::string socket_path;   // empty: <temp dir>/run/helper.sock
-  bool expect_start = true;  // false: the daemon is expected to exit at start
+  std::string socket_path;             // empty: <temp dir>/run/helper.sock
+  bool expect_start = true;            // false: the daemon is expected to exit at start
   std::vector<int> drop_capabilities;  // removed from the daemon's bounding set
   // System calls that fail with ENOSYS in the daemon and its children, as a service manager's
   // seccomp filter makes them (systemd's RestrictSUIDSGID= does it to openat2).
   std::vector<int> enosys_syscalls;
+  // Runs the daemon in a mount namespace of its own whose mounts are all shared, as on a host
+  // with systemd as PID 1 (this CI host's are private): what a session mounts must not
+  // propagate into it.
+  bool shared_mounts = false;
 };
 
 class Daemon {

@@ -347,6 +347,31 @@ TEST_F(PersistenceTest, MetadataTheRoleCouldCreateButTheLauncherCannotRefusesThe
   EXPECT_TRUE(names_in(project_ + "/.git").empty());
 }
 
+// With systemd as PID 1 every mount is shared. The caller trees are copies of host mounts: a
+// copy that kept its peer group would carry the session's pins, masks and home onto the host,
+// where they outlive the session (found booting the package under systemd: the caller's .git
+// turned read-only on the host and the next launch was refused).
+TEST_F(PersistenceTest, NothingOfTheSessionPropagatesToASharedHost) {
+  DaemonOptions options;
+  options.workspace_argv_text = kDispatchArgv;
+  options.shared_mounts = true;
+  daemon_.reset();
+  daemon_ = std::make_unique<Daemon>(options);
+  project_ = daemon_->dir().make_dir("proj", caller());
+  marks_ = daemon_->dir().make_dir("marks", caller(), 0700);
+  ASSERT_NO_FATAL_FAILURE(make_repository());
+  daemon_->dir().write_file("proj/.env", "TOKEN=x", caller(), 0600);
+  const std::string mountinfo = "/proc/" + std::to_string(daemon_->pid()) + "/mountinfo";
+  ASSERT_NE(read_file(mountinfo).find(" shared:"), std::string::npos)
+      << "the daemon's mounts are not shared: the test proves nothing";
+  for (int i = 0; i < 2; ++i) {
+    const RunResult r = sh("cat .env; echo launched");
+    ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+    EXPECT_EQ(r.out, "launched\n");
+    EXPECT_EQ(read_file(mountinfo).find(project_), std::string::npos) << read_file(mountinfo);
+  }
+}
+
 TEST_F(PersistenceTest, SymlinkedGitMetadataRefusesTheLaunch) {
   daemon_->dir().make_dir("real-git", caller());
   ASSERT_EQ(symlink((daemon_->dir().path() + "/real-git").c_str(), (project_ + "/.git").c_str()),
