@@ -89,8 +89,10 @@ stop_container() {
 			sleep 0.1
 		done
 	fi
+	local killed=0
 	if kill -0 "$nspawn_pid" 2>/dev/null; then
 		echo "container did not power off within 60 s: killing it" >&2
+		killed=1
 		# SIGKILL to a PID namespace's init kills every process in it.
 		if [ -n "$init_pid" ]; then kill -KILL "$init_pid" 2>/dev/null || true; fi
 		for i in $(seq 1 100); do
@@ -102,6 +104,7 @@ stop_container() {
 	wait "$nspawn_pid" 2>/dev/null || true
 	nspawn_pid=
 	init_pid=
+	return "$killed"
 }
 # remove_tree DIR: removes DIR, but only when nothing is mounted below it
 # (debootstrap mounts /proc and /sys in its target while it runs).
@@ -178,7 +181,7 @@ cleanup() {
 	trap - EXIT
 	set +e
 	stop_by_hand
-	stop_container
+	stop_container || true
 	if [ -n "$root_inode" ]; then remove_nspawn_leftovers || rc=1; fi
 	if [ -n "$debootstrap_pid" ]; then
 		kill -TERM "$debootstrap_pid" 2>/dev/null
@@ -305,7 +308,7 @@ degraded)
 	fail "systemd in the container did not finish booting (state: ${state:-none})"
 	;;
 esac
-inside systemctl --version | head -n 1
+inside systemctl --version | sed -n 1p
 
 # --- Install with apt; dependencies come from the Debian mirror.
 phase "apt install"
@@ -400,7 +403,7 @@ cgroups {
   allow_unlimited: $allow_unlimited
 }
 CONF
-inside systemctl stop pando-helperd.service
+inside systemctl stop pando-helperd.service >/dev/null 2>&1 || fail "systemctl stop pando-helperd.service"
 
 # launch NAME: a workspace session as the test user writes NAME (its first
 # line of input) in the project; the file must land owned by the user.
@@ -530,4 +533,4 @@ loaded=$(inside systemctl list-units --all --no-legend 'pando-helperd*' || true)
 echo "removed and purged: no unit, no socket, no /etc/pando, no pando process"
 
 phase "power off"
-stop_container
+stop_container || fail_later "the container did not power off by itself"
