@@ -5,7 +5,8 @@
 # OUT_DIR/pando-helper-<version>-1.<arch>.rpm. Work trees (build, staging) stay in
 # OUT_DIR for inspection. Needs: cmake, ninja, a C++20 compiler, the build
 # dependencies, binutils (readelf), dpkg-dev (dpkg-deb, dpkg-buildflags) and
-# rpm (rpmbuild). Set PANDO_SKIP_RPM=1 to build only the .deb.
+# rpm (rpmbuild). Set PANDO_SKIP_RPM=1 to build only the .deb, PANDO_VERSION to
+# give the packages another version than the project's.
 # The three executables are static (PANDO_STATIC_BINARIES): neither package
 # depends on a library package, and they run on any glibc-2.31-or-later
 # distribution (Debian 11+, Ubuntu 22.04+, RHEL 9, Fedora).
@@ -59,6 +60,12 @@ cmake -S "$src" -B "$build" -G Ninja \
 cmake --build "$build" --target pando-helper pando-helperd pando-helper-sandbox
 version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")
 [ -n "$version" ] || die "cannot read the project version from $build/CMakeCache.txt"
+# PANDO_VERSION overrides the packages' version (not the one compiled into the
+# programs), e.g. to build a package that upgrades another of the same commit.
+if [ -n "${PANDO_VERSION:-}" ]; then
+	[[ "$PANDO_VERSION" =~ ^[0-9][A-Za-z0-9.+~]*$ ]] || die "PANDO_VERSION '$PANDO_VERSION' is not a package version"
+	version=$PANDO_VERSION
+fi
 
 # --- 2. Staging tree shared by both formats.
 rm -rf "$staging"

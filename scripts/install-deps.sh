@@ -10,6 +10,7 @@ packages=(
   passwd util-linux procps coreutils iproute2 git python3
   bubblewrap
   dpkg-dev fakeroot lintian rpm systemd libxml2-utils
+  systemd-container debootstrap
 )
 
 missing=()
