@@ -22,13 +22,26 @@ socket="$src/systemd/pando-helperd.socket"
 grep -qx 'ExecStart=/usr/sbin/pando-helperd --config /etc/pando/pando-helperd.conf --foreground' "$service" ||
 	fail "ExecStart does not run the installed daemon with the packaged config"
 
+# --- Decisions of the service's own resource settings.
+grep -qx 'RestartPreventExitStatus=64 77 78' "$service" ||
+	fail "the unit restarts on a config error (RestartPreventExitStatus=64 77 78 missing)"
+grep -qx 'TasksMax=33100' "$service" || fail "TasksMax is not sized for max_sessions x pids_max"
+grep -qx 'Documentation=man:pando-helperd(8) man:pando-helperd.conf(5)' "$service" ||
+	fail "the unit does not point at the man pages"
+
 # --- systemd-analyze verify prints parse problems as warnings and still exits
 # 0, so any output at all is a failure.
 mkdir "$tmp/units"
 sed "s#^ExecStart=/usr/sbin/pando-helperd #ExecStart=$daemon #" "$service" >"$tmp/units/pando-helperd.service"
 cp "$socket" "$tmp/units/pando-helperd.socket"
 grep -q "^ExecStart=$daemon " "$tmp/units/pando-helperd.service" || fail "ExecStart rewrite failed"
-if ! out=$(systemd-analyze verify "$tmp/units/pando-helperd.socket" "$tmp/units/pando-helperd.service" 2>&1); then
+# Documentation=man:... is checked by running man: the pages come from the checkout.
+for page in "$src"/packaging/man/*.[158]; do
+	mkdir -p "$tmp/man/man${page##*.}"
+	cp "$page" "$tmp/man/man${page##*.}/"
+done
+if ! out=$(MANPATH="$tmp/man" systemd-analyze verify "$tmp/units/pando-helperd.socket" \
+	"$tmp/units/pando-helperd.service" 2>&1); then
 	fail "systemd-analyze verify failed: $out"
 fi
 [ -z "$out" ] || fail "systemd-analyze verify reported: $out"
