@@ -390,13 +390,26 @@ TEST_F(DaemonCapacityTest, HungProjectFilesystemStallsOnlyItsCaller) {
   EXPECT_EQ(timed_out.code(), v1::ERROR_PROJECT_TIMEOUT) << timed_out.message();
   EXPECT_NE(timed_out.message().find(mountpoint + "/p0"), std::string::npos) << timed_out.message();
 
-  // A status request with a hung project answers, saying so.
-  const RunResult status = status_as(caller(), mountpoint + "/p1");
-  EXPECT_EQ(status.exit_code, 0) << status.err;
-  EXPECT_NE(status.out.find("layer idmapped_mounts: unavailable (" + mountpoint + "/p1"),
-            std::string::npos)
-      << status.out;
-  EXPECT_TRUE(fuse->wait_for_lookup("p1", 20s).has_value()) << status.out;
+  // A status request with a hung project answers, saying so. Sent raw: the real client
+  // resolves the path itself first (realpath), and would hang on this filesystem on its own.
+  RawClient status_client(daemon_->socket_path(), caller());
+  status_client.send_preface();
+  v1::StatusRequest status_request;
+  status_request.set_project_root(mountpoint + "/p1");
+  status_client.send_frame(v1::FRAME_STATUS_REQUEST, status_request.SerializeAsString());
+  const auto status_frame = status_client.read_until(v1::FRAME_STATUS, 30s);
+  ASSERT_TRUE(status_frame.has_value()) << daemon_->log();
+  v1::Status status;
+  ASSERT_TRUE(status.ParseFromArray(status_frame->payload.data(),
+                                    static_cast<int>(status_frame->payload.size())));
+  bool reported = false;
+  for (const auto& layer : status.layers()) {
+    if (layer.name() == "idmapped_mounts") {
+      reported = !layer.available() && layer.detail().rfind(mountpoint + "/p1", 0) == 0;
+    }
+  }
+  EXPECT_TRUE(reported) << status.DebugString();
+  EXPECT_TRUE(fuse->wait_for_lookup("p1", 20s).has_value()) << status.DebugString();
 
   // Both threads are still stuck in the kernel and count against the caller's
   // pending limit (2): the caller is refused, nobody else.
