@@ -6,7 +6,8 @@
 #   3. an ASan+UBSan build running the unit and integration tests
 #   4. the libFuzzer target on the frame decoder and request validator (60 s)
 # Ends with one line "tests: N passed, N failed, N skipped" (skipped: a kernel
-# feature this host lacks; each prints its reason).
+# feature this host lacks, or node 20+ or the npm registry for the MCP example
+# when its install is not cached; each prints its reason).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)

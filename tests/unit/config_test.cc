@@ -291,6 +291,7 @@ TEST(Config, LoadRefusesFilesOthersCanWrite) {
 TEST(Config, ShippedExamplesParse) {
   EXPECT_NO_THROW(load_config(PANDO_SOURCE_DIR "/examples/pando-helperd.conf"));
   EXPECT_NO_THROW(load_config(PANDO_SOURCE_DIR "/examples/shell-demo.conf"));
+  EXPECT_NO_THROW(load_config(PANDO_SOURCE_DIR "/examples/mcp-filesystem.conf"));
 }
 
 }  // namespace
