@@ -1,6 +1,6 @@
 #!/bin/bash
 # Checks launchd/com.pando.helperd.plist: well-formed XML, parses as a property
-# list, and holds the decisions the README documents.
+# list, and holds the decisions the README documents; and the .pkg scripts parse.
 #   plist_test.sh SOURCE_DIR
 set -euo pipefail
 plist="$1/launchd/com.pando.helperd.plist"
@@ -35,3 +35,11 @@ check(p.get("StandardErrorPath") == "/var/log/pando-helperd.log", "log path")
 check(p.get("StandardOutPath") == "/var/log/pando-helperd.log", "log path")
 print("PASS: plist")
 PY
+# The .pkg's install scripts: present, executable and valid sh (they run on
+# macOS only; their syntax is what can be checked here).
+for script in preinstall postinstall; do
+	f="$1/packaging/macos/scripts/$script"
+	[ -x "$f" ] || { echo "FAIL: $f missing or not executable" >&2; exit 1; }
+	sh -n "$f" || { echo "FAIL: $f is not valid sh" >&2; exit 1; }
+done
+echo "PASS: pkg scripts"
