@@ -20,20 +20,11 @@ namespace {
 using namespace std::chrono_literals;
 
 // The harness's default argv lines (one line of stdin, run by dash) with a pids limit of 30.
-constexpr const char* kRoleArgv =
-    "  argv: \"/bin/sh\"\n  argv: \"-c\"\n  argv: \"IFS= read -r cmd && eval \\\"$cmd\\\"\"\n"
-    "  limits { pids_max: 30 }";
+const std::string kRoleArgv = std::string(kDispatchArgv) + "  limits { pids_max: 30 }";
 
 // Starts 20 background sleeps. dash exits with 2 when a fork fails.
 constexpr const char* kTwentySleepers =
     "i=0; while [ $i -lt 20 ]; do sleep 1000 & i=$((i+1)); done; echo forked-all";
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class CallerLimitsTest : public ::testing::Test {
  protected:
@@ -79,12 +70,12 @@ TEST_F(CallerLimitsTest, OneCallersSessionsShareTheCallerLimitAndOthersAreUnaffe
   for (const auto& dir : callers) {
     EXPECT_TRUE(dir.ends_with("/" + caller_name)) << dir;
     if (dir.starts_with("/sys/fs/cgroup/pids/") ||
-        slurp(dir + "/cgroup.controllers").find("pids") != std::string::npos) {
+        read_file(dir + "/cgroup.controllers").find("pids") != std::string::npos) {
       caller_pids = dir;
     }
   }
   ASSERT_FALSE(caller_pids.empty()) << "no caller cgroup with a pids limit";
-  EXPECT_EQ(slurp(caller_pids + "/pids.max"), "40\n");
+  EXPECT_EQ(read_file(caller_pids + "/pids.max"), "40\n");
 
   // Second session of the same caller: its own limit (30) would allow 20 more sleeps, the
   // caller's only about 16 more tasks. The fork that fails ends its shell.

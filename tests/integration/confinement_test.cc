@@ -35,12 +35,6 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 namespace v1 = pando::helper::v1;
 
-// A shell function for one-line checks: "t NAME CMD..." prints "NAME yes" when
-// CMD succeeds and "NAME no" when it fails, with CMD's own output discarded.
-constexpr const char* kCheck =
-    "t() { n=$1; shift; if \"$@\" >/dev/null 2>&1; then echo \"$n yes\"; else echo \"$n no\"; fi; "
-    "}; ";
-
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
@@ -55,13 +49,6 @@ std::set<std::string> names_in(const std::string& dir) {
     names.insert(entry.path().filename().string());
   }
   return names;
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 struct stat stat_of(const std::string& path) {

@@ -213,9 +213,7 @@ Daemon::Daemon(DaemonOptions options) {
   auto role = [&](const std::string& name, const std::string& user, const std::string& argv_text) {
     std::string text = name + " {\n  user: \"" + user + "\"\n";
     if (argv_text.empty()) {
-      text +=
-          "  argv: \"/bin/sh\"\n  argv: \"-c\"\n  argv: \"IFS= read -r cmd && eval "
-          "\\\"$cmd\\\"\"\n";
+      text += kDispatchArgv;
     } else {
       text += argv_text + "\n";
     }
@@ -615,6 +613,13 @@ bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds tim
     std::this_thread::sleep_for(5ms);
   }
   return true;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 std::string sha256(const std::string& data) {

@@ -55,6 +55,15 @@ class TempDir {
 // nothing after it is consumed) and evaluates it with sh. A test sends e.g.
 // "exec cat\n" followed by the bytes for cat.
 inline constexpr const char* kDispatchScript = "IFS= read -r cmd && eval \"$cmd\"";
+// The config lines of a role that runs kDispatchScript with /bin/sh: the default argv of
+// every harness daemon's roles, for DaemonOptions::*_argv_text with more fields after it.
+inline constexpr const char* kDispatchArgv =
+    "  argv: \"/bin/sh\"\n  argv: \"-c\"\n  argv: \"IFS= read -r cmd && eval \\\"$cmd\\\"\"\n";
+// A shell function for one-line checks: "t NAME CMD..." prints "NAME yes" when CMD succeeds
+// and "NAME no" when it fails, with CMD's own output discarded.
+inline constexpr const char* kCheck =
+    "t() { n=$1; shift; if \"$@\" >/dev/null 2>&1; then echo \"$n yes\"; else echo \"$n no\"; fi; "
+    "}; ";
 
 struct DaemonOptions {
   std::string extra_config;         // appended text-format fields
@@ -192,6 +201,9 @@ class RawClient {
 
 // Waits until `pred` holds or the timeout passes.
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+
+// The whole content of a file ("" when it cannot be read).
+std::string read_file(const std::string& path);
 
 // sha256 of data (via sha256sum, for test data only).
 std::string sha256(const std::string& data);

@@ -35,9 +35,7 @@ namespace fs = std::filesystem;
 
 // The harness's default argv lines plus a limits block, for DaemonOptions::*_argv_text.
 std::string role_with_limits(const std::string& limits) {
-  return "  argv: \"/bin/sh\"\n  argv: \"-c\"\n  argv: \"IFS= read -r cmd && eval \\\"$cmd\\\"\"\n"
-         "  limits { " +
-         limits + " }";
+  return std::string(kDispatchArgv) + "  limits { " + limits + " }";
 }
 
 std::optional<std::string> read_text(const std::string& path) {

@@ -43,13 +43,6 @@ std::string source(const std::string& relative) {
 std::string server_prefix() { return std::string(kCache) + "/filesystem-server"; }
 std::string client_prefix() { return std::string(kCache) + "/sdk-client"; }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 bool installed(const std::string& prefix, const std::string& lock) {
   return read_file(prefix + "/" + kStamp) == sha256(read_file(lock)) + "\n";
 }

@@ -21,21 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// "t NAME CMD...": prints "NAME yes" when CMD succeeds, "NAME no" when it fails.
-constexpr const char* kCheck =
-    "t() { n=$1; shift; if \"$@\" >/dev/null 2>&1; then echo \"$n yes\"; else echo \"$n no\"; fi; "
-    "}; ";
-
-constexpr const char* kDispatchArgv =
-    "  argv: \"/bin/sh\"\n  argv: \"-c\"\n  argv: \"IFS= read -r cmd && eval \\\"$cmd\\\"\"\n";
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 std::vector<std::string> names_in(const std::string& dir) {
   std::vector<std::string> names;
   std::error_code ec;

@@ -24,11 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// "t NAME CMD...": prints "NAME yes" when CMD succeeds and "NAME no" when it fails.
-constexpr const char* kCheck =
-    "t() { n=$1; shift; if \"$@\" >/dev/null 2>&1; then echo \"$n yes\"; else echo \"$n no\"; fi; "
-    "}; ";
-
 // Every entry below `root` (itself included), with its lstat mode.
 std::vector<std::pair<std::string, mode_t>> tree_modes(const std::string& root) {
   std::vector<std::pair<std::string, mode_t>> modes;
