@@ -223,7 +223,9 @@ Daemon::Daemon(DaemonOptions options) {
     return text;
   };
   std::ostringstream config;
-  config << "sandbox_helper_path: \"" << PANDO_SANDBOX_BIN << "\"\n"
+  config << "sandbox_helper_path: \""
+         << (options.sandbox_helper_path.empty() ? PANDO_SANDBOX_BIN : options.sandbox_helper_path)
+         << "\"\n"
          << "handshake_timeout_ms: " << options.handshake_timeout_ms << "\n"
          << "max_sessions: " << options.max_sessions << "\n"
          << "max_sessions_per_uid: " << options.max_sessions_per_uid << "\n"
