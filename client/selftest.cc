@@ -32,7 +32,7 @@ struct Tally {
 // One probe line, `RESULT check detail`, printed for a person or as JSON.
 void print_check(const std::string& role, const std::string& line, bool json, Tally& tally) {
   const size_t first = line.find(' ');
-  const std::string result = line.substr(0, first);
+  std::string result = line.substr(0, first);
   std::string check = first == std::string::npos ? "" : line.substr(first + 1);
   std::string detail;
   if (const size_t second = check.find(' '); second != std::string::npos) {
@@ -44,12 +44,17 @@ void print_check(const std::string& role, const std::string& line, bool json, Ta
   } else if (result == "SKIP") {
     ++tally.skipped;
   } else {
-    ++tally.failed;  // a line that is not a result is a probe gone wrong
+    // A line that is no result is a probe gone wrong: a failure, shown whole.
+    if (result != "FAIL") {
+      detail = "unexpected probe output: " + line;
+      check = "probe";
+    }
+    result = "FAIL";
+    ++tally.failed;
   }
   const std::string name = role + "/" + check;
   if (json) {
-    std::cout << "{\"check\":\"" << log::json_escape(name) << "\",\"result\":\""
-              << log::json_escape(result == "PASS" || result == "SKIP" ? result : "FAIL")
+    std::cout << "{\"check\":\"" << log::json_escape(name) << "\",\"result\":\"" << result
               << "\",\"detail\":\"" << log::json_escape(detail) << "\"}\n";
   } else {
     std::cout << result << " " << name << " " << detail << "\n";

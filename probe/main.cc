@@ -601,8 +601,9 @@ void check_environment() {
     if (!kExpected.count(name)) unexpected.push_back(name);
   }
   if (!unexpected.empty()) return fail("env.exact", "unexpected variables: " + join(unexpected));
+  if (!seen.count("PATH")) return fail("env.exact", "PATH is not set");
   const std::string expected_home = project_root() + "/.pando-sandbox/" + g_options.role + "/home";
-  if (!seen.count("PATH") || home() != expected_home) {
+  if (home() != expected_home) {
     return fail("env.exact", "HOME is " + home() + ", expected " + expected_home);
   }
   pass("env.exact", "only the daemon's variables (" + std::to_string(seen.size()) + ")");
