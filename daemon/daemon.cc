@@ -514,6 +514,8 @@ bool Daemon::has_cgroups() const {
   return cgroups_ && cgroups_->mode() != CgroupMode::kNone;
 }
 
+bool Daemon::limits_session_pids() const { return cgroups_ && cgroups_->limits_pids(); }
+
 const std::string& Daemon::client_socket_path() const {
   return socket_activated_ ? config_.socket_path() : socket_path_;
 }

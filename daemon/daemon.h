@@ -88,6 +88,7 @@ class Daemon {
   pando::helper::v1::Status status() const;
   // Set at start, never changed: safe from run_off_loop() threads.
   bool has_cgroups() const;
+  bool limits_session_pids() const;
   const std::string& client_socket_path() const;
 
  private:

@@ -46,12 +46,14 @@ std::optional<wire::RequestError> make_selftest_plan(const Daemon& daemon, const
   for (const std::string& arg :
        {probe, std::string("--role"), plan.role(), std::string("--caller-uid"),
         std::to_string(peer.uid), std::string("--caller-gid"), std::to_string(peer.gid),
-        std::string("--socket"), daemon.client_socket_path()}) {
+        std::string("--socket"), daemon.client_socket_path(), std::string("--cgroups"),
+        std::string(daemon.has_cgroups() ? "yes" : "no")}) {
     plan.add_argv(arg);
   }
-  // Without a usable cgroup (cgroups.allow_unlimited) the session has no
-  // process limit to find: the probe reports that check skipped.
-  if (daemon.has_cgroups()) {
+  // Without a usable cgroup (cgroups.allow_unlimited) or, on cgroup v1, a
+  // pids hierarchy, the session has no process limit to find: the probe
+  // reports that check skipped.
+  if (daemon.limits_session_pids()) {
     plan.add_argv("--pids-max");
     plan.add_argv(std::to_string(daemon.role_config(plan.role()).limits().pids_max()));
   }

@@ -61,7 +61,8 @@ struct Options {
   uid_t caller_uid = 0;
   gid_t caller_gid = 0;
   std::string socket;
-  long pids_max = 0;  // the session's pids.max; 0: the session has no cgroup
+  bool cgroups = false;  // the session has a cgroup of its own
+  long pids_max = 0;     // the session's pids.max; 0: none
 };
 
 Options g_options;
@@ -614,7 +615,7 @@ void check_environment() {
 // The view has no /sys, so the limits themselves cannot be read from inside;
 // what shows is that the session is the root of its own cgroup namespace.
 void check_cgroup_namespace() {
-  if (g_options.pids_max == 0) {
+  if (!g_options.cgroups) {
     return skip("cgroup.session", "the daemon runs without usable cgroups on this host");
   }
   std::istringstream lines(read_file("/proc/self/cgroup"));
@@ -635,7 +636,9 @@ void check_cgroup_namespace() {
 // fails, which must happen before the session holds pids.max processes.
 void check_pids_limit() {
   if (g_options.pids_max == 0) {
-    return skip("cgroup.pids_max", "the daemon runs without usable cgroups on this host");
+    return skip("cgroup.pids_max", g_options.cgroups
+                                       ? "this host's cgroups have no pids controller"
+                                       : "the daemon runs without usable cgroups on this host");
   }
   int hold[2];
   if (pipe2(hold, O_CLOEXEC) != 0) return fail("cgroup.pids_max", "pipe: " + errno_name(errno));
@@ -807,6 +810,8 @@ bool parse_options(int argc, char** argv) {
       g_options.caller_gid = static_cast<gid_t>(std::strtoul(value.c_str(), nullptr, 10));
     } else if (name == "--socket") {
       g_options.socket = value;
+    } else if (name == "--cgroups") {
+      g_options.cgroups = value == "yes";
     } else if (name == "--pids-max") {
       g_options.pids_max = std::strtol(value.c_str(), nullptr, 10);
     } else {
@@ -823,7 +828,7 @@ int main(int argc, char** argv) {
   if (!parse_options(argc, argv)) {
     std::fprintf(stderr,
                  "usage: pando-helper-probe --role core|workspace --caller-uid N --caller-gid N "
-                 "[--socket PATH] [--pids-max N]\n"
+                 "[--socket PATH] [--cgroups yes|no] [--pids-max N]\n"
                  "Run by pando-helperd for `pando-helper security selftest`.\n");
     return 64;
   }
