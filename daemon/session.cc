@@ -24,9 +24,9 @@
 #include "daemon/daemon.h"
 #include "daemon/plan.h"
 #include "daemon/project_root.h"
-#include "daemon/selftest.h"
 #include "daemon/sandbox/mounts.h"
 #include "daemon/sandbox/setup_error.h"
+#include "daemon/selftest.h"
 
 namespace pando::daemon {
 

@@ -111,12 +111,14 @@ int in_child(const std::function<int()>& body) {
   return status;
 }
 
-// A call made in a forked child: returns the child's errno, 0 when the call
-// succeeded, or -1 when the child died (its status in `status`).
+// A call made in a forked child: returns the child's errno (255 for one that
+// does not fit an exit status), 0 when the call succeeded, or -1 when the
+// child died (its status in `status`).
 int errno_in_child(const std::function<long()>& call, int& status) {
   status = in_child([&call] {
     const long result = call();
-    return result >= 0 ? 0 : (errno & 0x7f);
+    if (result >= 0) return 0;
+    return errno > 0 && errno < 255 ? errno : 255;
   });
   if (status < 0 || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);
@@ -453,6 +455,16 @@ void check_landlock_tcp(int abi) {
   expect_errno("landlock.tcp_connect",
                connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), EACCES);
   close(fd);
+}
+
+// The session's init runs as the role user too: only Landlock's signal
+// scope (ABI 6) keeps the role from signalling it.
+void check_landlock_signal(int abi) {
+  if (abi < 6) {
+    return skip("landlock.signal_scope",
+                "Landlock ABI " + std::to_string(abi) + " < 6 does not scope signals");
+  }
+  expect_errno("landlock.signal_scope", kill(1, 0), EPERM);
 }
 
 // --- filesystem view -----------------------------------------------------------
@@ -864,6 +876,7 @@ int main(int argc, char** argv) {
   check_x32_abi();
   check_landlock_write(abi);
   check_landlock_tcp(abi);
+  check_landlock_signal(abi);
   check_host_secrets();
   check_root_home();
   check_homes();

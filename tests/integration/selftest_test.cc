@@ -123,6 +123,29 @@ TEST_F(SelftestTest, RunsInAGivenProjectForOneRole) {
   EXPECT_TRUE(fs::exists(project)) << "a given project is the caller's and stays";
 }
 
+// What the daemon reports unavailable comes first, and the checks of a missing layer are
+// skipped with the reason, never passed.
+TEST_F(SelftestTest, UnavailableLayersAreListedFirstAndTheirChecksSkipped) {
+  DaemonOptions options;
+  options.without_cgroups = true;
+  Daemon daemon(options);
+  const RunResult r = selftest(daemon, {"--role", "core"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("UNAVAILABLE cgroups ", 0), 0u) << r.out;
+  EXPECT_EQ(count_lines_starting(r.out, "FAIL "), 0u) << r.out;
+  EXPECT_EQ(count_lines_starting(r.out,
+                                 "SKIP core/cgroup.session the daemon runs without usable "
+                                 "cgroups on this host"),
+            1u)
+      << r.out;
+  EXPECT_EQ(count_lines_starting(r.out,
+                                 "SKIP core/cgroup.pids_max the daemon runs without usable "
+                                 "cgroups on this host"),
+            1u)
+      << r.out;
+  EXPECT_EQ(count_lines_starting(r.out, "PASS core/cgroup."), 0u) << r.out;
+}
+
 TEST_F(SelftestTest, JsonOutputIsJsonLines) {
   Daemon daemon;
   const RunResult r = selftest(daemon, {"--role", "core", "--json"});
