@@ -510,9 +510,7 @@ void Daemon::finish_if_drained() {
   io_.stop();
 }
 
-bool Daemon::has_cgroups() const {
-  return cgroups_ && cgroups_->mode() != CgroupMode::kNone;
-}
+bool Daemon::has_cgroups() const { return cgroups_ && cgroups_->mode() != CgroupMode::kNone; }
 
 bool Daemon::limits_session_pids() const { return cgroups_ && cgroups_->limits_pids(); }
 

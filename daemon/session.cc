@@ -376,8 +376,8 @@ void Session::handle_launch_request(const std::vector<uint8_t>& payload) {
   handshake_timer_.cancel();
   // A selftest is a launch whose program the daemon picks (make_selftest_plan).
   const bool selftest = request_type_ == v1::FRAME_SELFTEST_REQUEST;
-  auto result = selftest ? wire::validate_selftest_request(payload)
-                         : wire::validate_launch_request(payload);
+  auto result =
+      selftest ? wire::validate_selftest_request(payload) : wire::validate_launch_request(payload);
   if (auto* error = std::get_if<wire::RequestError>(&result)) {
     return reject(error->code, error->message);
   }
