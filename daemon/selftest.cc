@@ -58,6 +58,12 @@ std::optional<wire::RequestError> make_selftest_plan(const Daemon& daemon, const
     plan.add_argv(std::to_string(daemon.role_config(plan.role()).limits().pids_max()));
   }
   plan.add_runtime_paths(probe);
+  // What the view holds besides the project, so the probe can tell it from
+  // what it must not hold.
+  for (const std::string& path : plan.runtime_paths()) {
+    plan.add_argv("--runtime-path");
+    plan.add_argv(path);
+  }
   return std::nullopt;
 }
 

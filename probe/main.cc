@@ -61,8 +61,9 @@ struct Options {
   uid_t caller_uid = 0;
   gid_t caller_gid = 0;
   std::string socket;
-  bool cgroups = false;  // the session has a cgroup of its own
-  long pids_max = 0;     // the session's pids.max; 0: none
+  bool cgroups = false;                    // the session has a cgroup of its own
+  long pids_max = 0;                       // the session's pids.max; 0: none
+  std::vector<std::string> runtime_paths;  // host paths the view holds besides the project
 };
 
 Options g_options;
@@ -487,15 +488,36 @@ void check_host_secrets() {
 
 void check_root_home() { expect_absent("view.root_home", "/root"); }
 
-// /home holds at most the way down to the project.
-void check_homes() {
-  const std::string root = project_root();
-  std::vector<std::string> others;
-  for (const std::string& name : list_dir("/home")) {
-    if (root.rfind("/home/" + name + "/", 0) != 0) others.push_back(name);
+// The entries of `dir` that lead neither to the project nor to a runtime path.
+std::vector<std::string> foreign_entries(const std::string& dir) {
+  std::vector<std::string> allowed = g_options.runtime_paths;
+  allowed.push_back(project_root());
+  std::vector<std::string> foreign;
+  for (const std::string& name : list_dir(dir)) {
+    const std::string path = dir + "/" + name;
+    bool leads = false;
+    for (const std::string& target : allowed) {
+      leads = leads || target == path || target.rfind(path + "/", 0) == 0;
+    }
+    if (!leads) foreign.push_back(path);
   }
+  return foreign;
+}
+
+void check_homes() {
+  const std::vector<std::string> others = foreign_entries("/home");
   if (!others.empty()) return fail("view.homes", "/home shows " + join(others));
   pass("view.homes", "no other user's home in /home");
+}
+
+void check_host_dirs() {
+  std::vector<std::string> shown;
+  for (const char* dir : {"/var", "/media", "/mnt", "/srv", "/boot", "/opt"}) {
+    for (const std::string& path : foreign_entries(dir)) shown.push_back(path);
+  }
+  if (!shown.empty()) return fail("view.host_dirs", "the view shows " + join(shown));
+  pass("view.host_dirs",
+       "nothing of /var, /media, /mnt, /srv, /boot, /opt but the project and runtime paths");
 }
 
 void check_sys() { expect_absent("view.sys", "/sys"); }
@@ -568,6 +590,18 @@ void check_no_route() {
   inet_pton(AF_INET, "1.1.1.1", &addr.sin_addr);
   const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   expect_errno("net.no_route_ipv4", connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+               ENETUNREACH);
+  close(fd);
+}
+
+void check_no_route_ipv6() {
+  const int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return skip("net.no_route_ipv6", "no IPv6 here: " + errno_name(errno));
+  sockaddr_in6 addr{};
+  addr.sin6_family = AF_INET6;
+  addr.sin6_port = htons(53);
+  inet_pton(AF_INET6, "2606:4700:4700::1111", &addr.sin6_addr);
+  expect_errno("net.no_route_ipv6", connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
                ENETUNREACH);
   close(fd);
 }
@@ -824,6 +858,8 @@ bool parse_options(int argc, char** argv) {
       g_options.socket = value;
     } else if (name == "--cgroups") {
       g_options.cgroups = value == "yes";
+    } else if (name == "--runtime-path") {
+      g_options.runtime_paths.push_back(value);
     } else if (name == "--pids-max") {
       g_options.pids_max = std::strtol(value.c_str(), nullptr, 10);
     } else {
@@ -840,7 +876,8 @@ int main(int argc, char** argv) {
   if (!parse_options(argc, argv)) {
     std::fprintf(stderr,
                  "usage: pando-helper-probe --role core|workspace --caller-uid N --caller-gid N "
-                 "[--socket PATH] [--cgroups yes|no] [--pids-max N]\n"
+                 "[--socket PATH] [--cgroups yes|no] [--pids-max N] "
+                 "[--runtime-path PATH]...\n"
                  "Run by pando-helperd for `pando-helper security selftest`.\n");
     return 64;
   }
@@ -880,6 +917,7 @@ int main(int argc, char** argv) {
   check_host_secrets();
   check_root_home();
   check_homes();
+  check_host_dirs();
   check_sys();
   check_daemon_socket();
   check_proc_pids();
@@ -888,6 +926,7 @@ int main(int argc, char** argv) {
   check_root_read_only();
   check_interfaces();
   check_no_route();
+  check_no_route_ipv6();
   check_host_listeners();
   check_environment();
   check_cgroup_namespace();
