@@ -40,7 +40,8 @@ std::optional<wire::RequestError> check_probe(const std::string& path) {
 std::optional<wire::RequestError> make_selftest_plan(const Daemon& daemon, const PeerIdentity& peer,
                                                      sbv1::SandboxPlan& plan) {
   const std::string& helper = daemon.config().sandbox_helper_path();
-  const std::string probe = helper.substr(0, helper.rfind('/') + 1) + kProbeName;
+  const std::string dir = helper.substr(0, helper.rfind('/'));
+  const std::string probe = dir + "/" + kProbeName;
   if (auto error = check_probe(probe)) return error;
   plan.clear_argv();
   for (const std::string& arg :
@@ -57,7 +58,10 @@ std::optional<wire::RequestError> make_selftest_plan(const Daemon& daemon, const
     plan.add_argv("--pids-max");
     plan.add_argv(std::to_string(daemon.role_config(plan.role()).limits().pids_max()));
   }
-  plan.add_runtime_paths(probe);
+  // Its directory, not the file: the launcher binds a directory that the view
+  // already holds (/usr/libexec/pando-helper is in /usr) over itself, but would
+  // have to create a file's mount point, which a read-only /usr refuses.
+  plan.add_runtime_paths(dir);
   // What the view holds besides the project, so the probe can tell it from
   // what it must not hold.
   for (const std::string& path : plan.runtime_paths()) {

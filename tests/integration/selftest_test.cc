@@ -47,8 +47,10 @@ std::vector<std::string> temporary_projects() {
 class ToolsDir {
  public:
   explicit ToolsDir(const std::string& probe, mode_t probe_mode = 0755) {
-    const std::string dir = dir_.path() + "/tools";
+    parent_ = dir_.path() + "/libexec";
+    const std::string dir = parent_ + "/tools";
     fs::create_directories(dir);
+    chmod(parent_.c_str(), 0755);
     chmod(dir.c_str(), 0755);
     helper_ = dir + "/pando-helper-sandbox";
     fs::copy_file(sandbox_binary(), helper_);
@@ -60,9 +62,12 @@ class ToolsDir {
     }
   }
   const std::string& helper() const { return helper_; }
+  // Holds the tools directory.
+  const std::string& parent() const { return parent_; }
 
  private:
   TempDir dir_;
+  std::string parent_;
   std::string helper_;
 };
 
@@ -179,6 +184,20 @@ TEST_F(SelftestTest, AFailingCheckFailsTheCommand) {
   EXPECT_EQ(count_lines_starting(r.out, "FAIL core/view.shadow /etc/passwd exists"), 1u) << r.out;
   EXPECT_NE(r.out.find("selftest: "), std::string::npos);
   EXPECT_NE(r.out.find(" 1 failed"), std::string::npos) << r.out;
+}
+
+// As installed, the probe is in a directory the view already holds read-only (/usr/libexec is
+// in /usr): it is bound there all the same.
+TEST_F(SelftestTest, TheProbeRunsFromADirectoryTheViewHoldsReadOnly) {
+  ToolsDir tools(PANDO_PROBE_HELPER_BIN);
+  DaemonOptions options;
+  options.sandbox_helper_path = tools.helper();
+  options.core_argv_text = "argv: \"/bin/true\"\nruntime_paths: \"" + tools.parent() + "\"";
+  Daemon daemon(options);
+  const RunResult r = selftest(daemon, {"--role", "core"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(count_lines_starting(r.out, "FAIL "), 0u) << r.out;
+  EXPECT_GE(count_lines_starting(r.out, "PASS core/"), 30u) << r.out;
 }
 
 TEST_F(SelftestTest, WithoutARootOwnedProbeTheSelftestIsUnavailable) {
