@@ -237,6 +237,16 @@ TEST_F(SelftestTest, RefusedWithTheSameCodesAsALaunch) {
   EXPECT_NE(r.err.find("ERROR_PATH_FORBIDDEN"), std::string::npos) << r.err;
 }
 
+TEST_F(SelftestTest, ABadCommandLineIs64) {
+  Daemon daemon;
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--role", "root"}, {"--json=yes"}, {"--argv", "x"}}) {
+    const RunResult r = selftest(daemon, args);
+    EXPECT_EQ(r.exit_code, 64) << args[0] << ": " << r.out << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
 TEST_F(SelftestTest, ASelftestRequestTakesNoFileDescriptors) {
   Daemon daemon;
   const std::string project = daemon.dir().make_dir("proj", caller());
