@@ -6,8 +6,9 @@
 // `PASS <check> <detail>`, `FAIL <check> <detail>` or `SKIP <check> <reason>`.
 // Exit 0 when nothing failed, 1 otherwise, 64 for a bad command line.
 //
-// Depends on libc only: it runs inside the view, which has /usr but nothing
-// of the project's libraries.
+// Uses nothing but the C and C++ runtimes (linked in statically in the
+// packages): it runs inside the view, which has /usr but none of the project's
+// libraries.
 
 #include <arpa/inet.h>
 #include <dirent.h>
