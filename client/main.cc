@@ -14,6 +14,7 @@
 
 #include "client/connection.h"
 #include "client/launch.h"
+#include "client/selftest.h"
 #include "client/setup_users.h"
 #include "client/status.h"
 #include "common/json_log.h"
@@ -27,6 +28,8 @@ constexpr const char* kUsage =
     "  pando-helper security launch --role <core|workspace> --project-root <path> --stdio "
     "[--socket PATH]\n"
     "  pando-helper security status [--project-root <path>] [--socket PATH]\n"
+    "  pando-helper security selftest [--role core|workspace] [--project-root <path>] [--json] "
+    "[--socket PATH]\n"
     "  pando-helper security setup-users [--core-user NAME] [--workspace-user NAME]   (as root)\n"
     "  pando-helper --version\n"
     "`pando-helper security <command> --help` describes one command.\n"
@@ -54,6 +57,18 @@ constexpr CommandHelp kCommandHelp[] = {
      "usage: pando-helper security status [--project-root <path>] [--socket PATH]\n"
      "Whether pando-helperd answers, its version, live sessions and which confinement layers\n"
      "this host offers; with --project-root, whether that directory can be idmapped.\n"},
+    {"selftest",
+     "usage: pando-helper security selftest [--role core|workspace] [--project-root <path>] "
+     "[--json]\n"
+     "                                       [--socket PATH]\n"
+     "Has pando-helperd run its own probe as each role in a real session and try the escapes\n"
+     "every confinement layer must stop; prints the layers the daemon reports unavailable,\n"
+     "then one line per check: PASS, FAIL or SKIP (cannot run on this host), check, detail.\n"
+     "  --role core|workspace  only this role (default: both, one after the other)\n"
+     "  --project-root <path>  run in this project of yours (default: a temporary project\n"
+     "                         made in /tmp and removed afterwards)\n"
+     "  --json                 one JSON object per line: {\"check\",\"result\",\"detail\"}\n"
+     "Exit codes: 0 no check failed; 1 a check failed; 64, 69, 70, 76, 77 as for launch.\n"},
     {"setup-users",
      "usage: pando-helper security setup-users [--core-user NAME] [--workspace-user NAME]\n"
      "As root: creates the locked system users the roles run as (default pando-core and\n"
@@ -208,6 +223,27 @@ int main(int argc, char** argv) {
                                  ? resolved_project_root(options->at("--project-root"))
                                  : "";
     return pando::client::run_status(pando::client::socket_path(socket), root);
+  }
+  if (command == "selftest") {
+    const auto options =
+        parse_options(rest, {"--role", "--project-root", "--socket"}, {"--json"}, error);
+    if (!options) return usage_error(error);
+    pando::client::SelftestOptions selftest;
+    if (options->count("--role") == 0) {
+      selftest.roles = {"core", "workspace"};
+    } else if (options->at("--role") == "core" || options->at("--role") == "workspace") {
+      selftest.roles = {options->at("--role")};
+    } else {
+      return usage_error("--role must be core or workspace");
+    }
+    if (options->count("--project-root") != 0) {
+      selftest.project_root = resolved_project_root(options->at("--project-root"));
+    }
+    selftest.json = options->count("--json") != 0;
+    std::optional<std::string> socket;
+    if (options->count("--socket") != 0) socket = options->at("--socket");
+    selftest.socket = pando::client::socket_path(socket);
+    return pando::client::run_selftest(selftest);
   }
   if (command == "setup-users") {
     const auto options = parse_options(rest, {"--core-user", "--workspace-user"}, {}, error);

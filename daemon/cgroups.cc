@@ -820,6 +820,11 @@ CgroupManager CgroupManager::set_up_unified(const UnifiedSetup& setup) {
   return m;
 }
 
+bool CgroupManager::limits_pids() const {
+  return std::any_of(parents_.begin(), parents_.end(),
+                     [](const SessionCgroup::Dir& dir) { return dir.pids; });
+}
+
 CgroupManager CgroupManager::detect(const pando::helper::config::v1::CgroupConfig& config) {
   const std::string parent = config.has_parent() ? config.parent() : "pando-helper";
   if (!cgroup_text::valid_parent(parent)) {

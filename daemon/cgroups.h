@@ -203,6 +203,8 @@ class CgroupManager {
   // e.g. "v2 delegated at /sys/fs/cgroup/system.slice/pando-helperd.service/sessions: memory
   // pids cpu" or "v1: memory,pids,cpu,cpuacct,freezer under /pando-helper".
   const std::string& detail() const { return detail_; }
+  // Whether session cgroups carry pids.max (v2 always; v1 only with a pids hierarchy).
+  bool limits_pids() const;
 
   // Directories holding the caller directories, which hold the session directories (one per
   // hierarchy; empty in kNone mode).

@@ -510,6 +510,14 @@ void Daemon::finish_if_drained() {
   io_.stop();
 }
 
+bool Daemon::has_cgroups() const { return cgroups_ && cgroups_->mode() != CgroupMode::kNone; }
+
+bool Daemon::limits_session_pids() const { return cgroups_ && cgroups_->limits_pids(); }
+
+const std::string& Daemon::client_socket_path() const {
+  return socket_activated_ ? config_.socket_path() : socket_path_;
+}
+
 v1::Status Daemon::status() const {
   v1::Status status;
   status.set_version(PANDO_VERSION);

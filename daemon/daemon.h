@@ -86,6 +86,10 @@ class Daemon {
 
   // The daemon's own layers; a project's idmap support is the session's to add.
   pando::helper::v1::Status status() const;
+  // Set at start, never changed: safe from run_off_loop() threads.
+  bool has_cgroups() const;
+  bool limits_session_pids() const;
+  const std::string& client_socket_path() const;
 
  private:
   void open_launcher();

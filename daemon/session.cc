@@ -26,6 +26,7 @@
 #include "daemon/project_root.h"
 #include "daemon/sandbox/mounts.h"
 #include "daemon/sandbox/setup_error.h"
+#include "daemon/selftest.h"
 
 namespace pando::daemon {
 
@@ -70,7 +71,7 @@ namespace {
 // kernel. Of the daemon it uses only what is safe from any thread (config,
 // idmap_userns).
 void prepare_launch(Daemon& daemon, const PeerIdentity& peer, const std::string& session_id,
-                    const wire::ValidRequest& request, PreparedLaunch& out) {
+                    const wire::ValidRequest& request, bool selftest, PreparedLaunch& out) {
   try {
     const std::string role = wire::role_name(request.role);
     auto resolved = resolve_project(peer, request.project_root, role);
@@ -87,6 +88,12 @@ void prepare_launch(Daemon& daemon, const PeerIdentity& peer, const std::string&
       return;
     }
     out.plan = std::move(std::get<sbv1::SandboxPlan>(plan));
+    if (selftest) {
+      if (auto error = make_selftest_plan(daemon, peer, out.plan)) {
+        out.error = *error;
+        return;
+      }
+    }
     // The caller's directories, idmapped here: an unsupported filesystem is
     // refused before any launcher is involved.
     const sbv1::IdMapping& ids = out.plan.ids();
@@ -203,7 +210,8 @@ void Session::receive_request_header() {
   if (got == Received::kEnded) return;
   if (got == Received::kMore) return read_request_header();
   const wire::FrameHeader header = wire::decode_header(header_);
-  if (header.type != v1::FRAME_LAUNCH_REQUEST && header.type != v1::FRAME_STATUS_REQUEST) {
+  if (header.type != v1::FRAME_LAUNCH_REQUEST && header.type != v1::FRAME_STATUS_REQUEST &&
+      header.type != v1::FRAME_SELFTEST_REQUEST) {
     return reject(v1::ERROR_UNEXPECTED_FRAME,
                   fmt::format("expected a launch request, got frame type {}", header.type));
   }
@@ -366,11 +374,17 @@ void Session::send_status(const v1::Status& status) {
 
 void Session::handle_launch_request(const std::vector<uint8_t>& payload) {
   handshake_timer_.cancel();
-  auto result = wire::validate_launch_request(payload);
+  // A selftest is a launch whose program the daemon picks (make_selftest_plan).
+  const bool selftest = request_type_ == v1::FRAME_SELFTEST_REQUEST;
+  auto result =
+      selftest ? wire::validate_selftest_request(payload) : wire::validate_launch_request(payload);
   if (auto* error = std::get_if<wire::RequestError>(&result)) {
     return reject(error->code, error->message);
   }
   const auto request = std::get<wire::ValidRequest>(result);
+  if (selftest && !passed_fds_.empty()) {
+    return reject(v1::ERROR_BAD_STDIO_FDS, "a selftest request takes no file descriptors");
+  }
   if (auto error = take_direct_stdio()) return reject(error->code, error->message);
   direct_stdio_ = direct_.has_value();
   role_ = wire::role_name(request.role);
@@ -379,12 +393,13 @@ void Session::handle_launch_request(const std::vector<uint8_t>& payload) {
                                  {"uid", static_cast<int64_t>(peer_.uid)},
                                  {"pid", static_cast<int64_t>(peer_.pid)},
                                  {"role", role_},
-                                 {"project_root", project_root_}});
+                                 {"project_root", project_root_},
+                                 {"selftest", selftest}});
   if (auto error = admit_launch()) return reject(error->code, error->message);
   auto prepared = std::make_shared<PreparedLaunch>();
   const auto error = resolve_off_loop(
-      [&daemon = daemon_, prepared, peer = peer_, id = id_, request] {
-        prepare_launch(daemon, peer, id, request, *prepared);
+      [&daemon = daemon_, prepared, peer = peer_, id = id_, request, selftest] {
+        prepare_launch(daemon, peer, id, request, selftest, *prepared);
       },
       [this, prepared] { on_launch_prepared(*prepared); },
       [this] {

@@ -57,7 +57,7 @@ cmake -S "$src" -B "$build" -G Ninja \
 	-DPANDO_STATIC_BINARIES=ON \
 	-DCMAKE_CXX_FLAGS="$CXXFLAGS $CPPFLAGS" \
 	-DCMAKE_EXE_LINKER_FLAGS="$LDFLAGS" >/dev/null
-cmake --build "$build" --target pando-helper pando-helperd pando-helper-sandbox
+cmake --build "$build" --target pando-helper pando-helperd pando-helper-sandbox pando-helper-probe
 version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$build/CMakeCache.txt")
 [ -n "$version" ] || die "cannot read the project version from $build/CMakeCache.txt"
 # PANDO_VERSION overrides the packages' version (not the one compiled into the
@@ -70,7 +70,8 @@ fi
 # --- 2. Staging tree shared by both formats.
 rm -rf "$staging"
 DESTDIR="$staging" cmake --install "$build" --strip >/dev/null
-for f in usr/bin/pando-helper usr/sbin/pando-helperd usr/libexec/pando-helper/pando-helper-sandbox; do
+for f in usr/bin/pando-helper usr/sbin/pando-helperd usr/libexec/pando-helper/pando-helper-sandbox \
+	usr/libexec/pando-helper/pando-helper-probe; do
 	[ -x "$staging/$f" ] || die "cmake --install did not produce /$f"
 	# The compiler's version string is of no use at run time.
 	strip --remove-section=.comment "$staging/$f"
@@ -95,10 +96,12 @@ done
 find "$staging" -type d -exec chmod 0755 {} +
 find "$staging" -type f -exec chmod 0644 {} +
 chmod 0755 "$staging/usr/bin/pando-helper" "$staging/usr/sbin/pando-helperd" \
-	"$staging/usr/libexec/pando-helper/pando-helper-sandbox"
+	"$staging/usr/libexec/pando-helper/pando-helper-sandbox" \
+	"$staging/usr/libexec/pando-helper/pando-helper-probe"
 
 # No package lists a dependency for a shared library: none may be needed.
-for f in usr/bin/pando-helper usr/sbin/pando-helperd usr/libexec/pando-helper/pando-helper-sandbox; do
+for f in usr/bin/pando-helper usr/sbin/pando-helperd usr/libexec/pando-helper/pando-helper-sandbox \
+	usr/libexec/pando-helper/pando-helper-probe; do
 	if readelf -lW "$staging/$f" | grep -q 'Requesting program interpreter' ||
 		readelf -dW "$staging/$f" | grep -q '(NEEDED)'; then
 		die "/$f is dynamically linked (configure with -DPANDO_STATIC_BINARIES=ON, no sanitizers)"

@@ -54,6 +54,7 @@ uint32_t max_payload(uint8_t type) {
     case v1::FRAME_STDIN_EOF:
     case v1::FRAME_SIGNAL:
     case v1::FRAME_STATUS_REQUEST:
+    case v1::FRAME_SELFTEST_REQUEST:
     case v1::FRAME_ACCEPTED:
     case v1::FRAME_REJECTED:
     case v1::FRAME_EXIT:

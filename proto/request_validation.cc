@@ -69,18 +69,28 @@ RequestError check_project_root_string(std::string_view path) {
   return {v1::ERROR_UNSPECIFIED, ""};
 }
 
-std::variant<ValidRequest, RequestError> validate_launch_request(std::span<const uint8_t> payload) {
+namespace {
+
+// SelftestRequest has LaunchRequest's fields with the same numbers, so one
+// check serves both; `what` names the request in messages.
+template <typename Request>
+std::variant<ValidRequest, RequestError> validate_request(std::span<const uint8_t> payload,
+                                                          const std::string& what) {
+  static_assert(static_cast<int>(Request::kRoleFieldNumber) ==
+                    static_cast<int>(v1::LaunchRequest::kRoleFieldNumber) &&
+                static_cast<int>(Request::kProjectRootFieldNumber) ==
+                    static_cast<int>(v1::LaunchRequest::kProjectRootFieldNumber));
   if (payload.size() > kMaxControlPayload) {
-    return RequestError{v1::ERROR_FRAME_TOO_LARGE, "launch request is too large"};
+    return RequestError{v1::ERROR_FRAME_TOO_LARGE, what + " is too large"};
   }
-  v1::LaunchRequest request;
+  Request request;
   if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
     return RequestError{v1::ERROR_MALFORMED_REQUEST,
-                        "launch request does not parse (malformed protobuf or invalid UTF-8)"};
+                        what + " does not parse (malformed protobuf or invalid UTF-8)"};
   }
   if (has_unknown_fields(payload)) {
     return RequestError{v1::ERROR_UNKNOWN_FIELDS,
-                        "launch request carries fields this daemon does not define"};
+                        what + " carries fields this daemon does not define"};
   }
   if (request.role() != v1::ROLE_CORE && request.role() != v1::ROLE_WORKSPACE) {
     return RequestError{v1::ERROR_UNKNOWN_ROLE, "role must be core or workspace"};
@@ -88,6 +98,17 @@ std::variant<ValidRequest, RequestError> validate_launch_request(std::span<const
   RequestError path_error = check_project_root_string(request.project_root());
   if (path_error.code != v1::ERROR_UNSPECIFIED) return path_error;
   return ValidRequest{request.role(), request.project_root()};
+}
+
+}  // namespace
+
+std::variant<ValidRequest, RequestError> validate_launch_request(std::span<const uint8_t> payload) {
+  return validate_request<v1::LaunchRequest>(payload, "launch request");
+}
+
+std::variant<ValidRequest, RequestError> validate_selftest_request(
+    std::span<const uint8_t> payload) {
+  return validate_request<v1::SelftestRequest>(payload, "selftest request");
 }
 
 }  // namespace pando::wire

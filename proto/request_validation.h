@@ -31,6 +31,10 @@ RequestError check_project_root_string(std::string_view path);
 
 std::variant<ValidRequest, RequestError> validate_launch_request(std::span<const uint8_t> payload);
 
+// A SelftestRequest: the same fields as a LaunchRequest, checked the same way.
+std::variant<ValidRequest, RequestError> validate_selftest_request(
+    std::span<const uint8_t> payload);
+
 const char* role_name(pando::helper::v1::Role role);
 
 }  // namespace pando::wire

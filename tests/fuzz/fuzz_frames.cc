@@ -26,6 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (frame->type == pando::helper::v1::FRAME_LAUNCH_REQUEST) {
         (void)pando::wire::validate_launch_request(frame->payload);
       }
+      if (frame->type == pando::helper::v1::FRAME_SELFTEST_REQUEST) {
+        (void)pando::wire::validate_selftest_request(frame->payload);
+      }
     }
     offset += n;
     chunk = chunk * 3 + 1;

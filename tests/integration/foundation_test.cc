@@ -475,7 +475,7 @@ TEST_F(FoundationTest, ABlockedSystemCallIsReportedAsAHostProblem) {
 }
 
 TEST_F(FoundationTest, HelpIsPerSubcommandOnStdout) {
-  for (const std::string command : {"launch", "status", "setup-users"}) {
+  for (const std::string command : {"launch", "status", "selftest", "setup-users"}) {
     for (const std::string flag : {"--help", "-h"}) {
       const RunResult r = run_as(caller(), {daemon_->client(), "security", command, flag});
       EXPECT_EQ(r.exit_code, 0) << command << " " << flag << ": " << r.err;

@@ -221,7 +221,9 @@ Daemon::Daemon(DaemonOptions options) {
     return text;
   };
   std::ostringstream config;
-  config << "sandbox_helper_path: \"" << PANDO_SANDBOX_BIN << "\"\n"
+  config << "sandbox_helper_path: \""
+         << (options.sandbox_helper_path.empty() ? PANDO_SANDBOX_BIN : options.sandbox_helper_path)
+         << "\"\n"
          << "handshake_timeout_ms: " << options.handshake_timeout_ms << "\n"
          << "max_sessions: " << options.max_sessions << "\n"
          << "max_sessions_per_uid: " << options.max_sessions_per_uid << "\n"
@@ -229,7 +231,8 @@ Daemon::Daemon(DaemonOptions options) {
          << "log_level: \"debug\"\n"
          << role("core", core_user().name, options.core_argv_text)
          << role("workspace", workspace_user().name, options.workspace_argv_text)
-         << "cgroups { parent: \"pandotest-i" << getpid() << "\" }\n"
+         << "cgroups { parent: \"pandotest-i" << getpid() << "\""
+         << (options.without_cgroups ? " allow_unlimited: true" : "") << " }\n"
          << options.extra_config << "\n";
   const std::string config_path = dir_.path() + "/helperd.conf";
   std::ofstream(config_path) << config.str();
@@ -258,6 +261,11 @@ Daemon::Daemon(DaemonOptions options) {
     if (options.shared_mounts &&
         (unshare(CLONE_NEWNS) != 0 || mount("", "/", nullptr, MS_REC | MS_SHARED, nullptr) != 0)) {
       _exit(124);
+    }
+    if (options.without_cgroups &&
+        (unshare(CLONE_NEWNS) != 0 || mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+         umount2("/sys/fs/cgroup", MNT_DETACH) != 0)) {
+      _exit(123);
     }
     const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     const int devnull = open("/dev/null", O_RDONLY);

@@ -84,6 +84,12 @@ struct DaemonOptions {
   // with systemd as PID 1 (this CI host's are private): what a session mounts must not
   // propagate into it.
   bool shared_mounts = false;
+  // A host without usable cgroups: the daemon runs in a mount namespace of its own without
+  // /sys/fs/cgroup, with cgroups.allow_unlimited.
+  bool without_cgroups = false;
+  // The config's sandbox_helper_path; empty: the built pando-helper-sandbox (the built
+  // pando-helper-probe is next to it).
+  std::string sandbox_helper_path;
 };
 
 class Daemon {

@@ -175,6 +175,7 @@ run_checks() {
 755 root:root /usr/sbin/pando-helperd
 755 root:root /usr/libexec/pando-helper
 755 root:root /usr/libexec/pando-helper/pando-helper-sandbox
+755 root:root /usr/libexec/pando-helper/pando-helper-probe
 644 root:root /etc/pando/pando-helperd.conf
 755 root:root /etc/pando
 644 root:root /lib/systemd/system/pando-helperd.service

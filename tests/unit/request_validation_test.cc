@@ -88,5 +88,26 @@ TEST(LaunchRequest, OverCapPayloadIsTooLarge) {
   EXPECT_EQ(code_of(validate(std::string(kMaxControlPayload + 1, 'x'))), v1::ERROR_FRAME_TOO_LARGE);
 }
 
+// A selftest request is checked exactly like a launch request: every payload gets the same
+// answer from both.
+TEST(SelftestRequest, ValidatedLikeALaunchRequest) {
+  const auto selftest = [](const std::string& payload) {
+    return validate_selftest_request(
+        std::span(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()));
+  };
+  for (const std::string& payload :
+       {request(v1::ROLE_CORE, "/srv/p"), request(v1::ROLE_WORKSPACE, "/srv/p"),
+        request(v1::ROLE_UNSPECIFIED, "/srv/p"), request(v1::ROLE_CORE, "rel"),
+        request(v1::ROLE_CORE, ""), request(v1::ROLE_CORE, "/srv//p"),
+        request(v1::ROLE_CORE, "/srv/p") + std::string("\x1a\x02-x", 4),
+        std::string("\xff\xff\xff"), std::string(kMaxControlPayload + 1, 'x')}) {
+    EXPECT_EQ(code_of(selftest(payload)), code_of(validate(payload)));
+  }
+  const auto valid = selftest(request(v1::ROLE_WORKSPACE, "/srv/p"));
+  ASSERT_TRUE(std::holds_alternative<ValidRequest>(valid));
+  EXPECT_EQ(std::get<ValidRequest>(valid).role, v1::ROLE_WORKSPACE);
+  EXPECT_EQ(std::get<ValidRequest>(valid).project_root, "/srv/p");
+}
+
 }  // namespace
 }  // namespace pando::wire
