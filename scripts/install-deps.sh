@@ -9,7 +9,7 @@ packages=(
   libseccomp-dev libgtest-dev googletest
   passwd util-linux procps coreutils iproute2 git python3
   bubblewrap
-  dpkg-dev fakeroot lintian rpm systemd libxml2-utils
+  dpkg-dev debhelper fakeroot lintian rpm systemd libxml2-utils
   systemd-container debootstrap
 )
 

@@ -53,7 +53,8 @@ run_ctest() {  # <build dir> <ctest args...>
 build() {  # <dir> <cmake args...>
   local dir=$1
   shift
-  cmake -S "$root" -B "$dir" -G Ninja "$@" >/dev/null && cmake --build "$dir" || {
+  # -Werror here (PANDO_WERROR is off for packagers): CI fails on a warning.
+  cmake -S "$root" -B "$dir" -G Ninja -DPANDO_WERROR=ON "$@" >/dev/null && cmake --build "$dir" || {
     echo "scripts/test.sh: build in $dir failed" >&2
     failed=$((failed + 1))
     status=1

@@ -468,7 +468,9 @@ fi
 deb2=$(one_deb "$upgrade_out")
 version2=$(dpkg-deb -f "$deb2" Version)
 dpkg --compare-versions "$version2" gt "$version1" || fail "$deb2 ($version2) is not newer than $version1"
-conffile_hash() { dpkg-deb -I "$1" md5sums | sed -n "s|^\([0-9a-f]*\)  ${conf#/}\$|\1|p"; }
+# From the payload: debhelper's md5sums leave conffiles out (dpkg records
+# their hashes itself).
+conffile_hash() { dpkg-deb --fsys-tarfile "$1" | tar -xOf - "./${conf#/}" | md5sum | cut -d' ' -f1; }
 hash1=$(conffile_hash "$deb")
 [ -n "$hash1" ] && [ "$hash1" = "$(conffile_hash "$deb2")" ] || fail "the two .debs ship different $conf"
 marker="# nspawn_test.sh: local edit that must survive the upgrade"

@@ -50,22 +50,23 @@ check_elf_files() {
 check_elf_files "$work/deb" .deb
 check_elf_files "$work/rpm" .rpm
 
-# The maintainer scripts need a POSIX shell and call systemd's and Debian's
-# helpers only after checking for them; nothing else is required.
+# The maintainer scripts need a POSIX shell, systemd-sysusers (from systemd or
+# a standalone package) and Debian's helpers; nothing else is required.
 for field in Depends Pre-Depends Recommends; do
 	value=$(dpkg-deb -f "$deb" "$field")
 	while IFS= read -r dep; do
 		dep=$(sed 's/^ *//; s/ *(.*//; s/ *$//' <<<"$dep")
 		[ -n "$dep" ] || continue
 		case "$dep" in
-		adduser | passwd | init-system-helpers | systemd | systemd-sysv) ;;
+		adduser | passwd | init-system-helpers | systemd | systemd-sysv | systemd-standalone-sysusers | systemd-sysusers) ;;
 		*) fail ".deb $field names $dep (no library package may appear): $value" ;;
 		esac
 	done < <(tr ',|' '\n\n' <<<"$value")
 done
 
-# rpmlib() features, the scriptlet shell, shadow-utils for %pre, systemd for
-# the units and the package's own config(): all on Fedora 40+ and RHEL 9.
+# rpmlib() features, the scriptlet shell, systemd for the scriptlets
+# (systemd-sysusers, systemctl) and the package's own config(): all on Fedora
+# 40+ and RHEL 9.
 while IFS= read -r req; do
 	case "$req" in
 	'rpmlib('*')'* | /bin/sh | shadow-utils | systemd | 'config(pando-helper) = '*) ;;
