@@ -159,17 +159,7 @@ class DaemonCapacityTest : public ::testing::Test {
   }
 
   v1::Rejected expect_rejected(RawClient& client) {
-    auto frame = client.read_frame(10s);
-    EXPECT_TRUE(frame.has_value()) << daemon_->log();
-    v1::Rejected rejected;
-    if (!frame) return rejected;
-    EXPECT_EQ(frame->type, v1::FRAME_REJECTED);
-    EXPECT_TRUE(
-        rejected.ParseFromArray(frame->payload.data(), static_cast<int>(frame->payload.size())));
-    EXPECT_FALSE(rejected.message().empty());
-    EXPECT_EQ(rejected.message().find('\n'), std::string::npos);
-    EXPECT_TRUE(client.closed_by_peer(5s));
-    return rejected;
+    return pando::itest::expect_rejected(client, *daemon_);
   }
 
   RunResult status_as(const TestUser& user, const std::string& project = "") {

@@ -38,17 +38,7 @@ class FoundationTest : public ::testing::Test {
     return launch(*daemon_, caller(), role, project_, options);
   }
   v1::Rejected expect_rejected(RawClient& client) {
-    auto frame = client.read_frame(10s);
-    EXPECT_TRUE(frame.has_value()) << daemon_->log();
-    v1::Rejected rejected;
-    if (!frame) return rejected;
-    EXPECT_EQ(frame->type, v1::FRAME_REJECTED);
-    EXPECT_TRUE(
-        rejected.ParseFromArray(frame->payload.data(), static_cast<int>(frame->payload.size())));
-    EXPECT_FALSE(rejected.message().empty());
-    EXPECT_EQ(rejected.message().find('\n'), std::string::npos);
-    EXPECT_TRUE(client.closed_by_peer(5s));
-    return rejected;
+    return pando::itest::expect_rejected(client, *daemon_);
   }
   v1::ErrorCode reject_code_for_root(const std::string& root, v1::Role role = v1::ROLE_WORKSPACE) {
     RawClient client(daemon_->socket_path(), caller());

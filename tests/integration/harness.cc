@@ -614,6 +614,20 @@ bool RawClient::closed_by_peer(std::chrono::milliseconds timeout) {
 
 // --- utilities -------------------------------------------------------------------
 
+v1::Rejected expect_rejected(RawClient& client, const Daemon& daemon) {
+  auto frame = client.read_frame(10s);
+  EXPECT_TRUE(frame.has_value()) << daemon.log();
+  v1::Rejected rejected;
+  if (!frame) return rejected;
+  EXPECT_EQ(frame->type, v1::FRAME_REJECTED);
+  EXPECT_TRUE(
+      rejected.ParseFromArray(frame->payload.data(), static_cast<int>(frame->payload.size())));
+  EXPECT_FALSE(rejected.message().empty());
+  EXPECT_EQ(rejected.message().find('\n'), std::string::npos);
+  EXPECT_TRUE(client.closed_by_peer(5s));
+  return rejected;
+}
+
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!pred()) {

@@ -205,6 +205,11 @@ class RawClient {
   wire::FrameDecoder decoder_;
 };
 
+// Reads the daemon's answer to `client` and checks that it is a Rejected frame with a one-line
+// message, after which the daemon closes the connection (EXPECTs; an empty Rejected when no
+// frame came).
+pando::helper::v1::Rejected expect_rejected(RawClient& client, const Daemon& daemon);
+
 // Waits until `pred` holds or the timeout passes.
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 
