@@ -116,6 +116,7 @@ cat >"$conf" <<EOF
 sandbox_helper_path: "$build_dir/pando-helper-sandbox"
 max_sessions: 256
 max_sessions_per_uid: 256
+max_pending_per_uid: 64
 log_file: "$tmp/daemon.log"
 log_level: "info"
 core {

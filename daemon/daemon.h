@@ -57,7 +57,7 @@ class Daemon {
   void schedule_prestart_later();
   // The user namespace that idmaps caller -> role for mounts, made once per
   // id quadruple (no process lives in it); the caller gets its own fd to it.
-  // Thread-safe (run_off_loop() threads use it). Throws sandbox::SetupError
+  // Thread-safe (run_off_loop() threads use it). Throws pando::Error
   // or std::system_error.
   UniqueFd idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid, gid_t role_gid);
   bool shutting_down() const { return shutting_down_; }

@@ -35,7 +35,7 @@ struct StartedSandbox {
 class LauncherTemplate {
  public:
   // Compiles the seccomp program for all launchers and starts the template.
-  // Throws sandbox::SetupError when the program cannot be compiled,
+  // Throws pando::Error when the program cannot be compiled,
   // std::system_error when the template cannot be started.
   explicit LauncherTemplate(int launcher_fd);
   // Kills and reaps the template (its launchers are the daemon's children).

@@ -25,7 +25,7 @@
 #include "daemon/plan.h"
 #include "daemon/project_root.h"
 #include "daemon/sandbox/mounts.h"
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 #include "daemon/selftest.h"
 
 namespace pando::daemon {
@@ -106,7 +106,7 @@ void prepare_launch(Daemon& daemon, const PeerIdentity& peer, const std::string&
     for (const std::string& path : out.plan.runtime_paths()) {
       out.trees.runtime.push_back(sandbox::clone_runtime_tree(path));
     }
-  } catch (const sandbox::SetupError& e) {
+  } catch (const pando::Error& e) {
     out.error = wire::RequestError{e.code(), e.what()};
   } catch (const std::exception& e) {
     out.error = wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 
 namespace pando::sandbox {
 namespace {
@@ -18,7 +18,7 @@ namespace {
 using pando::helper::v1::ERROR_LAUNCH_FAILED;
 
 [[noreturn]] void fail(const std::string& message) {
-  throw SetupError(ERROR_LAUNCH_FAILED, "drop_to_role_user: " + message);
+  throw Error(ERROR_LAUNCH_FAILED, "drop_to_role_user: " + message);
 }
 
 struct CapFree {

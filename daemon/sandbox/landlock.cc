@@ -14,7 +14,7 @@
 #include <string>
 
 #include "common/unique_fd.h"
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 
 // Debian 12's <linux/landlock.h> stops at ABI 2; the kernel may offer more.
 #ifndef LANDLOCK_ACCESS_FS_TRUNCATE
@@ -196,7 +196,7 @@ bool holds(const std::string& tree, const std::string& path) {
 void add_path_rule(int ruleset, const std::string& path, Kind kind, uint64_t handled_fs) {
   if (path.empty()) return;
   if (path.front() != '/') {
-    throw SetupError(ERROR_LAUNCH_FAILED, "apply_landlock: path is not absolute: " + path);
+    throw Error(ERROR_LAUNCH_FAILED, "apply_landlock: path is not absolute: " + path);
   }
   UniqueFd fd(open(path.c_str(), O_PATH | O_CLOEXEC));
   if (fd.get() < 0) {
@@ -245,7 +245,7 @@ int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan) {
   const int kernel_abi = landlock_abi_version();
   if (kernel_abi == 0) {
     if (plan.require_landlock()) {
-      throw SetupError(ERROR_SANDBOX_UNSUPPORTED,
+      throw Error(ERROR_SANDBOX_UNSUPPORTED,
                        "Landlock is required by the configuration but this kernel does not "
                        "offer it (" +
                            landlock_status_detail() + ")");
@@ -253,7 +253,7 @@ int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan) {
     return 0;
   }
   if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) {
-    throw SetupError(ERROR_LAUNCH_FAILED, "apply_landlock: no_new_privs must be set first");
+    throw Error(ERROR_LAUNCH_FAILED, "apply_landlock: no_new_privs must be set first");
   }
   const int abi = std::min(kernel_abi, kNewestKnownAbi);
 

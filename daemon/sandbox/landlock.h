@@ -18,7 +18,7 @@ std::string landlock_status_detail();
 // the project, read-write on the sandbox HOME/TMPDIR and /tmp; with ABI >= 4
 // no TCP bind/connect; with ABI >= 6 abstract unix sockets and signals scoped.
 // Paths are as seen after pivot_root. Returns the ABI used (0 when the kernel
-// has none, which throws SetupError instead when plan.require_landlock()).
+// has none, which throws Error instead when plan.require_landlock()).
 int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan);
 
 }  // namespace pando::sandbox

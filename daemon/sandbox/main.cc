@@ -34,7 +34,7 @@
 #include "daemon/sandbox/namespaces.h"
 #include "daemon/sandbox/process_state.h"
 #include "daemon/sandbox/seccomp.h"
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 #include "proto/sandbox.pb.h"
 
 namespace {
@@ -79,24 +79,24 @@ ReceivedPlan receive_plan() {
   do {
     size = recv(sb::kControlFd, nullptr, 0, MSG_PEEK | MSG_TRUNC);
   } while (size < 0 && errno == EINTR);
-  if (size < 0) sb::throw_errno("receiving the plan");
+  if (size < 0) pando::throw_errno("receiving the plan");
   if (size == 0 || static_cast<size_t>(size) > kMaxPlanBytes) {
-    throw sb::SetupError(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
+    throw pando::Error(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
   }
   std::vector<char> buffer(static_cast<size_t>(size));
   std::vector<UniqueFd> fds;
   bool truncated = false;
   const ssize_t n = pando::receive_with_fds(sb::kControlFd, buffer.data(), buffer.size(),
                                             kMaxPlanFds, 0, fds, truncated);
-  if (n < 0) sb::throw_errno("receiving the plan");
+  if (n < 0) pando::throw_errno("receiving the plan");
   ReceivedPlan received;
   if (n != size || truncated || !received.plan.ParseFromArray(buffer.data(), static_cast<int>(n))) {
-    throw sb::SetupError(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
+    throw pando::Error(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
   }
   const SandboxPlan& plan = received.plan;
   const size_t expected = 5 + (plan.has_auth_home() ? 1 : 0) + plan.runtime_paths_size();
   if (fds.size() != expected) {
-    throw sb::SetupError(v1::ERROR_LAUNCH_FAILED, "the daemon sent " + std::to_string(fds.size()) +
+    throw pando::Error(v1::ERROR_LAUNCH_FAILED, "the daemon sent " + std::to_string(fds.size()) +
                                                       " fds, not " + std::to_string(expected));
   }
   auto next = fds.begin();
@@ -111,7 +111,7 @@ ReceivedPlan receive_plan() {
 // The role's stdio become fds 0-2 of the launcher, which the role inherits.
 void install_stdio(UniqueFd (&stdio)[3]) {
   for (int fd = 0; fd <= 2; ++fd) {
-    if (dup2(stdio[fd].get(), fd) < 0) sb::throw_errno("dup2 role stdio");
+    if (dup2(stdio[fd].get(), fd) < 0) pando::throw_errno("dup2 role stdio");
     stdio[fd].reset();
   }
 }
@@ -136,11 +136,11 @@ std::vector<char*> to_argv(google::protobuf::RepeatedPtrField<std::string>* item
 [[noreturn]] void become_role(SandboxPlan& plan, const sb::SeccompProgram& seccomp, int error_fd) {
   try {
     sb::drop_to_role_user(plan.ids());
-    if (chdir(plan.project_root().c_str()) != 0) sb::throw_errno("chdir to the project root");
+    if (chdir(plan.project_root().c_str()) != 0) pando::throw_errno("chdir to the project root");
     sb::reset_process_state(plan, error_fd);
     sb::apply_landlock(plan);
     sb::install_seccomp_program(seccomp);
-  } catch (const sb::SetupError& e) {
+  } catch (const pando::Error& e) {
     fail_role(error_fd, std::to_string(e.code()) + " " + e.what());
   }
   std::vector<char*> argv = to_argv(plan.mutable_argv());
@@ -152,11 +152,11 @@ std::vector<char*> to_argv(google::protobuf::RepeatedPtrField<std::string>* item
 
 bool has_effective_capability(cap_value_t capability) {
   cap_t caps = cap_get_proc();
-  if (caps == nullptr) sb::throw_errno("cap_get_proc");
+  if (caps == nullptr) pando::throw_errno("cap_get_proc");
   cap_flag_value_t value = CAP_CLEAR;
   const int result = cap_get_flag(caps, capability, CAP_EFFECTIVE, &value);
   cap_free(caps);
-  if (result != 0) sb::throw_errno("cap_get_flag");
+  if (result != 0) pando::throw_errno("cap_get_flag");
   return value == CAP_SET;
 }
 
@@ -165,7 +165,7 @@ bool has_effective_capability(cap_value_t capability) {
 // takes this launcher), then the normal policy, which the role inherits.
 void set_scheduling(int policy) {
   sched_param param{};
-  if (sched_setscheduler(0, policy, &param) != 0) sb::throw_errno("sched_setscheduler");
+  if (sched_setscheduler(0, policy, &param) != 0) pando::throw_errno("sched_setscheduler");
 }
 
 struct RoleStart {
@@ -196,7 +196,7 @@ pid_t spawn_role(SandboxPlan& plan, const sb::SeccompProgram& seccomp, const int
   constexpr size_t kStackBytes = 256 * 1024;
   void* stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) sb::throw_errno("mmap role stack");
+  if (stack == MAP_FAILED) pando::throw_errno("mmap role stack");
   RoleStart start{&plan, &seccomp, error_pipe};
   const pid_t pid = clone(role_main, static_cast<char*>(stack) + kStackBytes,
                           CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
@@ -204,7 +204,7 @@ pid_t spawn_role(SandboxPlan& plan, const sb::SeccompProgram& seccomp, const int
   munmap(stack, kStackBytes);
   if (pid < 0) {
     errno = clone_errno;
-    sb::throw_errno("clone role");
+    pando::throw_errno("clone role");
   }
   return pid;
 }
@@ -222,7 +222,7 @@ void check_role_started(int error_read_fd) {
   char* message = nullptr;
   const long code = std::strtol(buffer, &message, 10);
   if (message != nullptr && *message == ' ') ++message;
-  throw sb::SetupError(static_cast<v1::ErrorCode>(code), message != nullptr ? message : "");
+  throw pando::Error(static_cast<v1::ErrorCode>(code), message != nullptr ? message : "");
 }
 
 // What the template prepares once for every launcher it starts.
@@ -242,7 +242,7 @@ Prepared prepare_for_launchers() {
   try {
     prepared.idle_while_waiting = has_effective_capability(CAP_SYS_NICE);
     prepared.seccomp.emplace(sb::read_seccomp_program(sb::kSeccompProgramFd));
-  } catch (const sb::SetupError& e) {
+  } catch (const pando::Error& e) {
     prepared.seccomp_error_code = e.code();
     prepared.seccomp_error = e.what();
   }
@@ -259,7 +259,7 @@ Prepared prepare_for_launchers() {
   SandboxPlan plan;
   try {
     if (!prepared.seccomp)
-      throw sb::SetupError(prepared.seccomp_error_code, prepared.seccomp_error);
+      throw pando::Error(prepared.seccomp_error_code, prepared.seccomp_error);
     if (prepared.idle_while_waiting) set_scheduling(SCHED_IDLE);
     sb::set_up_namespaces();
     sb::BaseView view = sb::build_base_view();
@@ -274,7 +274,7 @@ Prepared prepare_for_launchers() {
     view = {};
 
     int error_pipe[2];
-    if (pipe2(error_pipe, O_CLOEXEC) != 0) sb::throw_errno("pipe2");
+    if (pipe2(error_pipe, O_CLOEXEC) != 0) pando::throw_errno("pipe2");
     sb::block_init_signals();
     role_pid = spawn_role(plan, *prepared.seccomp, error_pipe);
     close(error_pipe[1]);
@@ -284,14 +284,14 @@ Prepared prepare_for_launchers() {
     // Init keeps nothing of the session's stdio (so EOF follows the role's
     // tree alone) and no privilege it does not need.
     const int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (devnull < 0) sb::throw_errno("open /dev/null");
+    if (devnull < 0) pando::throw_errno("open /dev/null");
     for (int fd = 0; fd <= 2; ++fd) {
-      if (dup2(devnull, fd) < 0) sb::throw_errno("dup2 /dev/null");
+      if (dup2(devnull, fd) < 0) pando::throw_errno("dup2 /dev/null");
     }
     close(devnull);
     sb::drop_to_role_user(plan.ids());
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-  } catch (const sb::SetupError& e) {
+  } catch (const pando::Error& e) {
     report_setup_failure(e.code(), e.what());
     _exit(1);
   } catch (const std::exception& e) {

@@ -7,14 +7,14 @@
 #include <cerrno>
 #include <utility>
 
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 
 namespace pando::sandbox {
 
 namespace {
 
 [[noreturn]] void fail(const std::string& message) {
-  throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED, message);
+  throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED, message);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 
 // The mount and path primitives the launcher builds the filesystem view with
 // (mounts.cc) and pins the project's protected paths with (project_exits.cc).
-// Every function throws SetupError.
+// Every function throws Error.
 
 #include <sys/mount.h>
 #include <sys/statvfs.h>

@@ -28,7 +28,7 @@
 
 #include "daemon/sandbox/mount_api.h"
 #include "daemon/sandbox/project_exits.h"
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 
 namespace pando::sandbox {
 
@@ -43,7 +43,7 @@ constexpr char kHostName[] = "pando-sandbox";
 constexpr off_t kMaxCopiedFileSize = 16 << 20;
 
 [[noreturn]] void fail(const std::string& message) {
-  throw SetupError(ERROR_LAUNCH_FAILED, message);
+  throw Error(ERROR_LAUNCH_FAILED, message);
 }
 
 // Binds a root-owned host path read-only, nosuid, nodev (with its submounts)
@@ -167,7 +167,7 @@ void apply_idmap(int tree_fd, int userns_fd, int fs_fd, const std::string& what)
   if (mount_setattr(tree_fd, "", AT_EMPTY_PATH, &attr, sizeof(attr)) != 0) {
     const int err = errno;
     if (is_idmap_unsupported_errno(err)) {
-      throw SetupError(ERROR_IDMAP_UNSUPPORTED, what + ": " + idmap_unsupported(fs_fd));
+      throw Error(ERROR_IDMAP_UNSUPPORTED, what + ": " + idmap_unsupported(fs_fd));
     }
     errno = err;
     throw_errno("idmap " + what);
@@ -497,7 +497,7 @@ IdmapCheck check_idmap_support(int dir_fd, uid_t caller_uid, gid_t caller_gid, u
   UniqueFd userns = make_idmap_userns(caller_uid, caller_gid, role_uid, role_gid);
   try {
     idmapped_clone(dir_fd, userns.get(), true, "project");
-  } catch (const SetupError& error) {
+  } catch (const Error& error) {
     if (error.code() != ERROR_IDMAP_UNSUPPORTED) throw;
     return {false, idmap_unsupported(dir_fd)};
   }

@@ -25,7 +25,7 @@ inline constexpr int kSeccompProgramFd = 4;
 // idmapped caller->role through `userns_fd`, nosuid, nodev, and read-only
 // unless writable (the sandbox dir always is; the auth home never). Only the
 // daemon's mount namespace can clone them: the kernel refuses to clone a
-// mount of another namespace. Throws SetupError (ERROR_IDMAP_UNSUPPORTED
+// mount of another namespace. Throws Error (ERROR_IDMAP_UNSUPPORTED
 // naming the filesystem when it cannot be idmapped; never a plain bind).
 struct CallerTrees {
   UniqueFd project;
@@ -38,11 +38,11 @@ CallerTrees clone_caller_trees(const std::string& project_root, int project_fd, 
 
 // Daemon side: a user namespace whose only mapping is caller -> role (uid and
 // gid), for MOUNT_ATTR_IDMAP. No process stays in it. Refuses id 0. Throws
-// SetupError.
+// Error.
 UniqueFd make_idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid, gid_t role_gid);
 
 // Daemon side: a recursive detached copy of a root-owned host path (a
-// configured runtime path). Throws SetupError when it does not exist.
+// configured runtime path). Throws Error when it does not exist.
 UniqueFd clone_runtime_tree(const std::string& path);
 
 // Launcher, phase 1, before any request exists (the launcher may be started
@@ -50,7 +50,7 @@ UniqueFd clone_runtime_tree(const std::string& path);
 // the role decides. A tmpfs root (attached on /tmp of this private mount
 // namespace until pivot_root) with read-only system binds, /etc holding the
 // host-derived files, fresh /proc with masks, minimal /dev and a private /tmp.
-// Must run as root as PID 1 of new mount and pid namespaces. Throws SetupError.
+// Must run as root as PID 1 of new mount and pid namespaces. Throws Error.
 struct BaseView {
   UniqueFd root;
   UniqueFd etc;  // still writable: passwd and group come with the plan
@@ -66,7 +66,7 @@ struct PlanTrees {
 // Launcher, phase 2: the role's runtime paths, /etc/passwd and /etc/group, the
 // project at its host path, the sandbox home, the auth home, hidden secret
 // files, then pivot_root into the view. The caller trees must be idmapped
-// (their roots appear owned by the role). Throws SetupError.
+// (their roots appear owned by the role). Throws Error.
 void complete_filesystem_view(BaseView& base, const pando::helper::sandbox::v1::SandboxPlan& plan,
                               PlanTrees& trees);
 
@@ -80,7 +80,7 @@ struct IdmapCheck {
 // drops it, attaching nothing. Call it single-threaded or from one thread: the
 // short-lived user-namespace child it clones only blocks in read() and exits.
 // Its exit signal is 0, so a SIGCHLD handler neither fires nor reaps it
-// (waitpid without __WALL ignores it). Throws SetupError on other failures.
+// (waitpid without __WALL ignores it). Throws Error on other failures.
 IdmapCheck check_idmap_support(int dir_fd, uid_t caller_uid, gid_t caller_gid, uid_t role_uid,
                                gid_t role_gid);
 

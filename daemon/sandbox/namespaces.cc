@@ -13,7 +13,7 @@
 #include <string>
 
 #include "common/unique_fd.h"
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 
 namespace pando::sandbox {
 
@@ -34,7 +34,7 @@ void bring_up_loopback() {
   std::strncpy(check.ifr_name, "lo", IFNAMSIZ - 1);
   if (ioctl(sock.get(), SIOCGIFFLAGS, &check) != 0) throw_errno("SIOCGIFFLAGS lo");
   if ((check.ifr_flags & IFF_UP) == 0) {
-    throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED, "loopback interface did not come up");
+    throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED, "loopback interface did not come up");
   }
 }
 

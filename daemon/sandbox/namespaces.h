@@ -14,11 +14,11 @@ pid_t fork_into_new_namespaces(int* pidfd);
 
 // Runs first in a launcher, before any request: sets the hostname and brings
 // up the loopback interface of the private network namespace. Throws
-// SetupError.
+// Error.
 void set_up_namespaces();
 
 // Once the daemon has moved the launcher into the session's cgroups: a new
-// cgroup namespace, so the session's cgroup is its root. Throws SetupError.
+// cgroup namespace, so the session's cgroup is its root. Throws Error.
 void enter_cgroup_namespace();
 
 }  // namespace pando::sandbox

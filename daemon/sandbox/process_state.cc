@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <string>
 
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 
 namespace pando::sandbox {
 namespace {
@@ -30,7 +30,7 @@ void reset_signals() {
     throw_errno("reset_process_state: sigprocmask");
   }
   if (!sigisemptyset(&now)) {
-    throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+    throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
                      "reset_process_state: signals still blocked");
   }
 
@@ -73,7 +73,7 @@ void close_inherited_fds(int keep_fd) {
     const int flags = fcntl(keep_fd, F_GETFD);
     if (flags < 0) throw_errno("reset_process_state: fcntl(keep_fd)");
     if ((flags & FD_CLOEXEC) == 0) {
-      throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+      throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
                        "reset_process_state: the kept fd is not close-on-exec");
     }
     const auto keep = static_cast<unsigned int>(keep_fd);
@@ -109,7 +109,7 @@ void reset_process_state(const pando::helper::sandbox::v1::SandboxPlan& plan, in
   // it dumpable again, which is expected (the role then holds nothing of ours).
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) throw_errno("reset_process_state: PR_SET_DUMPABLE");
   if (prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0) {
-    throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+    throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
                      "reset_process_state: still dumpable after PR_SET_DUMPABLE 0");
   }
 

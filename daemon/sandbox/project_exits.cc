@@ -21,7 +21,7 @@
 #include "common/unique_fd.h"
 #include "daemon/sandbox/git_config.h"
 #include "daemon/sandbox/mount_api.h"
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 
 namespace pando::sandbox {
 
@@ -67,7 +67,7 @@ UniqueFd open_beneath(int project_fd, const std::string& relative, uint64_t flag
   const char* path = relative.empty() ? "." : relative.c_str();
   const long fd = syscall(SYS_openat2, project_fd, path, &how, sizeof(how));
   if (fd < 0 && errno == ENOSYS) {
-    throw SetupError(pando::helper::v1::ERROR_SANDBOX_UNSUPPORTED,
+    throw Error(pando::helper::v1::ERROR_SANDBOX_UNSUPPORTED,
                      blocked_syscall_message("openat2", "needed to walk the project"));
   }
   return UniqueFd(static_cast<int>(fd));
@@ -121,11 +121,11 @@ void ProjectGuard::incomplete(const std::string& relative, const std::string& wh
   if (field != nullptr) {
     message += "; raise " + plan_.role() + "." + field + " in the daemon's config";
   }
-  throw SetupError(ERROR_PROJECT_SCAN_INCOMPLETE, message);
+  throw Error(ERROR_PROJECT_SCAN_INCOMPLETE, message);
 }
 
 void ProjectGuard::unsupported(const std::string& relative, const std::string& why) const {
-  throw SetupError(ERROR_PROTECTED_PATH_UNSUPPORTED,
+  throw Error(ERROR_PROTECTED_PATH_UNSUPPORTED,
                    "cannot protect " + shown(relative) + " from the role: " + why);
 }
 

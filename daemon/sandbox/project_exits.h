@@ -23,7 +23,7 @@ namespace pando::sandbox {
 
 // `root_fd` is the new root (its mask file is used), `project_fd` the project
 // mount attached in it, with the sandbox home already attached below it.
-// Throws SetupError: ERROR_PROJECT_SCAN_INCOMPLETE, ERROR_PROTECTED_PATH_UNSUPPORTED.
+// Throws Error: ERROR_PROJECT_SCAN_INCOMPLETE, ERROR_PROTECTED_PATH_UNSUPPORTED.
 void guard_project_exits(const pando::helper::sandbox::v1::SandboxPlan& plan, int root_fd,
                          int project_fd);
 

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 
 #if !defined(__x86_64__)
 #error "The seccomp policy is written for x86_64 only (syscall numbers, ABI checks)."
@@ -216,7 +216,7 @@ struct FilterDeleter {
 using Filter = std::unique_ptr<void, FilterDeleter>;
 
 [[noreturn]] void throw_seccomp(const std::string& what, int rc) {
-  throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+  throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
                    "seccomp: " + what + ": " + std::strerror(-rc));
 }
 
@@ -281,12 +281,12 @@ constexpr int kProgramSeals = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
 
 UniqueFd compile_seccomp_program() {
   if (seccomp_arch_native() != SCMP_ARCH_X86_64) {
-    throw SetupError(pando::helper::v1::ERROR_SANDBOX_UNSUPPORTED,
+    throw Error(pando::helper::v1::ERROR_SANDBOX_UNSUPPORTED,
                      "seccomp: the policy is written for x86_64 only");
   }
 
   Filter filter(seccomp_init(SCMP_ACT_ALLOW));
-  if (!filter) throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED, "seccomp_init failed");
+  if (!filter) throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED, "seccomp_init failed");
   int rc = seccomp_attr_set(filter.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
   if (rc != 0) throw_seccomp("setting the bad-arch action", rc);
   rc = seccomp_attr_set(filter.get(), SCMP_FLTATR_API_SYSRAWRC, 1);
@@ -309,7 +309,7 @@ SeccompProgram read_seccomp_program(int fd) {
   const int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0) throw_errno("reading the seals of the seccomp program");
   if ((seals & kProgramSeals) != kProgramSeals) {
-    throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+    throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
                      "seccomp: the compiled program is not sealed against changes");
   }
   struct stat st {};
@@ -317,7 +317,7 @@ SeccompProgram read_seccomp_program(int fd) {
   const auto bytes = static_cast<size_t>(st.st_size);
   if (bytes == 0 || bytes % sizeof(sock_filter) != 0 ||
       bytes / sizeof(sock_filter) > BPF_MAXINSNS) {
-    throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+    throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
                      "seccomp: the exported filter has " + std::to_string(bytes) + " bytes");
   }
   std::vector<sock_filter> instructions(bytes / sizeof(sock_filter));
@@ -327,7 +327,7 @@ SeccompProgram read_seccomp_program(int fd) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw_errno("reading the seccomp program");
     if (n == 0) {
-      throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+      throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
                        "seccomp: the exported filter is shorter than its size");
     }
     done += static_cast<size_t>(n);
@@ -346,7 +346,7 @@ void install_seccomp_program(const SeccompProgram& program) {
   const int nnp = prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0);
   if (nnp < 0) throw_errno("prctl(PR_GET_NO_NEW_PRIVS)");
   if (nnp != 1) {
-    throw SetupError(pando::helper::v1::ERROR_LAUNCH_FAILED,
+    throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
                      "seccomp: PR_SET_NO_NEW_PRIVS is not set");
   }
   // The kernel only reads the program. Flags 0 is what seccomp_load() passed for this filter

@@ -26,11 +26,11 @@ class SeccompProgram {
 
 // The daemon, once: compiles the policy with libseccomp into a memfd sealed against any change
 // (write, grow, shrink, new seals). Leaves the calling process's own filter alone. Throws
-// SetupError.
+// Error.
 UniqueFd compile_seccomp_program();
 
 // The launcher template: reads a program from such a memfd, after checking its seals and size.
-// Throws SetupError.
+// Throws Error.
 SeccompProgram read_seccomp_program(int fd);
 
 // Both steps in one process.
@@ -38,7 +38,7 @@ SeccompProgram build_seccomp_program();
 
 // Installs `program` on the calling thread with the raw seccomp() syscall: no libseccomp, no
 // allocation, no kernel feature probes. Needs PR_SET_NO_NEW_PRIVS already set. Last step before
-// exec. Throws SetupError.
+// exec. Throws Error.
 void install_seccomp_program(const SeccompProgram& program);
 
 // One row of the seccomp policy, for `security status` and SECURITY.md.

@@ -12,14 +12,14 @@
 #include <map>
 #include <string>
 
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 #include "tests/unit/child_process.h"
 
 namespace {
 
 using pando::helper::sandbox::v1::IdMapping;
 using pando::sandbox::drop_to_role_user;
-using pando::sandbox::SetupError;
+using pando::Error;
 using pando::testing::Child;
 using pando::testing::RunInChild;
 
@@ -104,7 +104,7 @@ TEST_F(CredentialsTest, RefusesRootAsRole) {
       try {
         drop_to_role_user(ids);
         return child.Fail("a role with uid or gid 0 was accepted");
-      } catch (const SetupError& e) {
+      } catch (const Error& e) {
         if (e.code() != pando::helper::v1::ERROR_LAUNCH_FAILED) return child.Fail(e.what());
       }
       if (geteuid() != 0) return child.Fail("credentials changed before refusing");
@@ -119,7 +119,7 @@ TEST_F(CredentialsTest, FailsLoudlyWithoutPrivilege) {
     drop_to_role_user(role_ids());
     try {
       drop_to_role_user(role_ids(kRoleId + 1, kRoleId + 1));
-    } catch (const SetupError& e) {
+    } catch (const Error& e) {
       return 0;
     }
     return child.Fail("a second drop without privilege did not throw");

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 #include "tests/unit/child_process.h"
 
 namespace {
@@ -258,7 +258,7 @@ TEST_F(LandlockTest, RequiresNoNewPrivs) {
   const auto result = RunInChild([&](const Child& child) {
     try {
       apply_landlock(plan(true));
-    } catch (const pando::sandbox::SetupError&) {
+    } catch (const pando::Error&) {
       return 0;
     }
     return child.Fail("applied without no_new_privs");

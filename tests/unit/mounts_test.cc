@@ -26,7 +26,7 @@
 
 #include "common/unique_fd.h"
 #include "daemon/sandbox/namespaces.h"
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 
 namespace pando::sandbox {
 namespace {
@@ -256,7 +256,7 @@ RunResult run_sandboxed(const SandboxPlan& plan, const std::function<SandboxFds(
             " ms, complete_filesystem_view " +
             std::to_string(std::chrono::duration<double, std::milli>(end - middle).count()) +
             " ms");
-      } catch (const SetupError& error) {
+      } catch (const Error& error) {
         reporter.send("SETUP " + std::to_string(error.code()) + " " + error.what());
         _exit(0);
       }
@@ -619,7 +619,7 @@ TEST_F(MountsTest, UnsupportedFilesystemIsRefused) {
       UniqueFd keep[3];
       caller_trees(project.get(), sandbox.get(), -1, true, userns.get(), keep);
       reporter.send("FAIL the ramfs project was idmapped");
-    } catch (const SetupError& error) {
+    } catch (const Error& error) {
       reporter.send("SETUP " + std::to_string(error.code()) + " " + error.what());
     }
     _exit(0);
@@ -730,7 +730,7 @@ TEST_F(MountsTest, CheckIdmapSupportOnRamfs) {
       const IdmapCheck check =
           check_idmap_support(dir.get(), kCallerUid, kCallerGid, kRoleUid, kRoleGid);
       reporter.send(std::string(check.supported ? "SUPPORTED " : "UNSUPPORTED ") + check.detail);
-    } catch (const SetupError& error) {
+    } catch (const Error& error) {
       reporter.send(std::string("FAIL threw ") + error.what());
     }
     _exit(0);
@@ -750,8 +750,8 @@ TEST_F(MountsTest, RefusesRootIdmap) {
   TempProject temp("workspace");
   ASSERT_NO_FATAL_FAILURE(temp.populate());
   UniqueFd dir(open(temp.project.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  EXPECT_THROW(check_idmap_support(dir.get(), 0, 0, kRoleUid, kRoleGid), SetupError);
-  EXPECT_THROW(check_idmap_support(dir.get(), kCallerUid, kCallerGid, 0, 0), SetupError);
+  EXPECT_THROW(check_idmap_support(dir.get(), 0, 0, kRoleUid, kRoleGid), Error);
+  EXPECT_THROW(check_idmap_support(dir.get(), kCallerUid, kCallerGid, 0, 0), Error);
 }
 
 // Not an assertion: numbers for deciding about a network namespace pool.

@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <string>
 
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 #include "tests/unit/child_process.h"
 
 namespace {
@@ -97,7 +97,7 @@ TEST(ProcessStateTest, RefusesToKeepAnFdThatWouldSurviveExec) {
     if (leaky < 3) return child.FailErrno("open");
     try {
       reset_process_state(SandboxPlan(), leaky);
-    } catch (const pando::sandbox::SetupError&) {
+    } catch (const pando::Error&) {
       return 0;
     }
     return child.Fail("kept an fd without close-on-exec");

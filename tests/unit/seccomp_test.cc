@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/sandbox/setup_error.h"
+#include "proto/error.h"
 
 extern char** environ;
 
@@ -134,7 +134,7 @@ TEST(SeccompTest, RefusesWithoutNoNewPrivs) {
                 [] {
                   try {
                     install_seccomp_program(policy_program());
-                  } catch (const SetupError&) {
+                  } catch (const Error&) {
                     return 0;
                   }
                   return kSucceeded;
@@ -196,7 +196,7 @@ TEST(SeccompTest, ReadRefusesAnUnsealedOrMisshapenProgram) {
   auto refused = [](int fd) {
     try {
       read_seccomp_program(fd);
-    } catch (const SetupError& e) {
+    } catch (const Error& e) {
       return e.code() == pando::helper::v1::ERROR_LAUNCH_FAILED;
     }
     return false;
@@ -235,7 +235,7 @@ TEST(SeccompTest, InstallReportsAKernelRefusal) {
                   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) return kInstallFailed;
                   try {
                     install_seccomp_program(SeccompProgram({}));  // the kernel wants >= 1
-                  } catch (const SetupError& e) {
+                  } catch (const Error& e) {
                     return std::string(e.what()).find(std::strerror(EINVAL)) != std::string::npos
                                ? 0
                                : kCheckFailed;
