@@ -11,13 +11,18 @@ the comparison.
 """
 
 import argparse
+import glob
 import json
 import os
 import re
+import resource
 import signal
+import socket
 import statistics
 import sys
+import threading
 import time
+import tty
 
 MIB = 1024 * 1024
 
@@ -86,13 +91,21 @@ def wait_status(pid):
     return os.waitstatus_to_exitcode(status)
 
 
+def percentile(sorted_samples, q):
+    """Nearest-rank percentile: the smallest sample with at least q% at or below it."""
+    rank = max(1, -(-len(sorted_samples) * q // 100))
+    return sorted_samples[int(rank) - 1]
+
+
 def stats_ns(samples):
     s = sorted(samples)
     return {
         "n": len(s),
         "median_ns": statistics.median(s),
-        "p10_ns": s[len(s) // 10],
-        "p90_ns": s[(len(s) * 9) // 10],
+        "p10_ns": percentile(s, 10),
+        "p90_ns": percentile(s, 90),
+        "p95_ns": percentile(s, 95),
+        "p99_ns": percentile(s, 99),
         "min_ns": s[0],
         "max_ns": s[-1],
     }
@@ -205,29 +218,136 @@ def pipeline(producer, middle, errfd, timeout):
     return elapsed / 1e9, int(m.group(1))
 
 
+STDIO_MODES = ("pipes", "framed", "pty")
+
+
+def open_pty():
+    """A new pty in raw mode (no echo, no line editing, no output translation): returns
+    (master, slave). The measured command gets the slave as stdin and stdout, as an
+    interactive terminal would give it."""
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    return master, slave
+
+
+def close_quietly(*fds):
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def end_session(pid, timeout=10):
+    """Waits for a command whose terminal was closed; SIGTERM, then SIGKILL if it lingers.
+    Returns its exit code, or None when it had to be killed."""
+    deadline_at = time.monotonic() + timeout
+    while time.monotonic() < deadline_at:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    kill_and_reap([pid], signal.SIGTERM)
+    return None
+
+
+def pty_stream(argv, size, errfd, timeout):
+    """size bytes written to the pty master by a thread while this thread reads the echo
+    back; returns (seconds until the last byte came back, bytes seen)."""
+    master, slave = open_pty()
+    pid = spawn(argv, stdin=slave, stdout=slave, stderr=errfd)
+    os.close(slave)
+    chunk = bytes(64 * 1024)
+    failure = []
+
+    def writer():
+        left = size
+        try:
+            while left > 0:
+                left -= os.write(master, chunk[:min(len(chunk), left)])
+        except OSError as e:
+            failure.append(e)
+
+    got = 0
+    start = now()
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        with deadline(timeout, f"pty stream through {os.path.basename(argv[0])}"):
+            while got < size:
+                data = os.read(master, 1 << 20)
+                if not data:
+                    break
+                got += len(data)
+    except (Stalled, OSError) as e:
+        close_quietly(master)
+        kill_and_reap([pid])
+        raise BenchError(f"pty stream: {e}; {got} of {size} bytes came back") from None
+    elapsed = now() - start
+    thread.join(timeout=5)
+    close_quietly(master)
+    end_session(pid)
+    if failure:
+        raise BenchError(f"pty stream: writing failed: {failure[0]}")
+    return elapsed / 1e9, got
+
+
+def devnull_pipeline(producer, middle, errfd, timeout):
+    """producer | middle > /dev/null (framed stdio); returns (seconds, None)."""
+    a_r, a_w = os.pipe()
+    null = os.open(os.devnull, os.O_WRONLY)
+    start = now()
+    p1 = spawn(producer, stdout=a_w, stderr=errfd)
+    p2 = spawn(middle, stdin=a_r, stdout=null, stderr=errfd)
+    close_quietly(a_r, a_w, null)
+    try:
+        with deadline(timeout, f"pipeline through {os.path.basename(middle[0])} to /dev/null"):
+            codes = [wait_status(p) for p in (p1, p2)]
+    except Stalled:
+        kill_and_reap([p1, p2])
+        raise
+    elapsed = now() - start
+    if codes != [0, 0]:
+        raise BenchError(f"pipeline {middle[0]} > /dev/null: exit codes {codes}")
+    return elapsed / 1e9, None
+
+
 def bench_throughput(args, cmds, errfd):
+    """args.mib MiB through cat, per stdio mode: pipes (dd | cat | dd, the consumer's byte
+    count checked), framed (dd | cat > /dev/null: the helper relays stdout through the
+    daemon; both exit codes checked) and pty (the driver writes into a raw pty and reads
+    the echo back; the byte count checked)."""
     size = args.mib * MIB
     producer = ["/bin/dd", "if=/dev/zero", "bs=1M", f"count={args.mib}", "status=none"]
-    timeout = 20 + args.mib / 20
+    timeout = 20 + args.mib / 10
     out = {}
     errors = []
-    for name in ("direct", "helper"):
-        rates = []
-        for i in range(args.throughput_runs):
-            try:
-                seconds, got = pipeline(producer, cmds[name]("cat"), errfd, timeout)
-            except BenchError as e:
-                errors.append(f"{name} run {i + 1}: {e}")
-                print(f"  throughput {name:7s} run {i + 1} FAILED: {e}", flush=True)
-                continue
-            if got != size:
-                raise BenchError(f"throughput {name}: consumer read {got} bytes, expected {size}")
-            rates.append(args.mib / seconds)
-        if not rates:
-            raise BenchError("; ".join(errors))
-        out[name] = {"mib_per_s": statistics.median(rates), "runs": rates}
-        print(f"  throughput {name:7s} {args.mib} MiB: median {out[name]['mib_per_s']:.0f} MiB/s "
-              f"(runs: {', '.join(f'{r:.0f}' for r in rates)})", flush=True)
+    for mode in args.stdio_modes:
+        out[mode] = {}
+        for name in ("direct", "helper"):
+            rates = []
+            for i in range(args.throughput_runs):
+                try:
+                    if mode == "pipes":
+                        seconds, got = pipeline(producer, cmds[name]("cat"), errfd, timeout)
+                    elif mode == "framed":
+                        seconds, got = devnull_pipeline(producer, cmds[name]("cat"), errfd, timeout)
+                    else:
+                        seconds, got = pty_stream(cmds[name]("cat"), size, errfd, timeout)
+                except BenchError as e:
+                    errors.append(f"{mode} {name} run {i + 1}: {e}")
+                    print(f"  throughput {mode:6s} {name:7s} run {i + 1} FAILED: {e}", flush=True)
+                    continue
+                if got is not None and got != size:
+                    raise BenchError(f"throughput {mode} {name}: {got} bytes came through, "
+                                     f"expected {size}")
+                rates.append(args.mib / seconds)
+            if not rates:
+                raise BenchError("; ".join(errors))
+            out[mode][name] = {"mib_per_s": statistics.median(rates), "runs": rates}
+            print(f"  throughput {mode:6s} {name:7s} {args.mib} MiB: median "
+                  f"{out[mode][name]['mib_per_s']:.0f} MiB/s "
+                  f"(runs: {', '.join(f'{r:.0f}' for r in rates)})", flush=True)
     if errors:
         out["errors"] = errors
     return out
@@ -243,52 +363,76 @@ def read_exact(fd, n):
     return data
 
 
-def bench_pingpong(args, cmds, errfd):
-    out = {}
-    message = bytes(range(64))
-    for name in ("direct", "helper"):
-        to_r, to_w = os.pipe()
+def echo_endpoints(mode, argv, errfd):
+    """Starts argv (an echo) with the stdio of `mode`; returns (pid, write fd, read fd)."""
+    if mode == "pty":
+        master, slave = open_pty()
+        pid = spawn(argv, stdin=slave, stdout=slave, stderr=errfd)
+        os.close(slave)
+        return pid, master, master
+    to_r, to_w = os.pipe()
+    if mode == "pipes":
         from_r, from_w = os.pipe()
-        pid = spawn(cmds[name]("cat"), stdin=to_r, stdout=from_w, stderr=errfd)
-        os.close(to_r)
-        os.close(from_w)
-        samples = []
-        try:
-            with deadline(60 + args.pings / 1000, f"pingpong {name}"):
-                # The first exchange waits for the session to start; it is not timed.
+    else:
+        # A socket is neither a pipe nor a terminal: the helper frames stdout through the
+        # daemon exactly as for a file or /dev/null, and the driver can still read it.
+        from_r, from_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        from_r, from_w = from_r.detach(), from_w.detach()
+    pid = spawn(argv, stdin=to_r, stdout=from_w, stderr=errfd)
+    close_quietly(to_r, from_w)
+    return pid, to_w, from_r
+
+
+def pingpong_one(mode, name, argv, pings, errfd):
+    message = bytes(range(64))
+    pid, to_w, from_r = echo_endpoints(mode, argv, errfd)
+    samples = []
+    try:
+        with deadline(60 + pings / 1000, f"pingpong {mode} {name}"):
+            # The first exchange waits for the session to start; it is not timed.
+            os.write(to_w, message)
+            if read_exact(from_r, 64) != message:
+                raise BenchError(f"pingpong {mode} {name}: echo returned other bytes")
+            for _ in range(pings):
+                start = now()
                 os.write(to_w, message)
-                if read_exact(from_r, 64) != message:
-                    raise BenchError(f"pingpong {name}: echo returned other bytes")
-                for _ in range(args.pings):
-                    start = now()
-                    os.write(to_w, message)
-                    back = read_exact(from_r, 64)
-                    samples.append(now() - start)
-                    if back != message:
-                        raise BenchError(f"pingpong {name}: echo returned other bytes")
-                os.close(to_w)
-                rest = os.read(from_r, 4096)
-                os.close(from_r)
-                code = wait_status(pid)
-        except BenchError as e:
-            kill_and_reap([pid])
-            for fd in (to_w, from_r):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            raise type(e)(f"{e} (after {len(samples)} timed round trips)") from None
-        if code != 0 or rest:
-            raise BenchError(f"pingpong {name}: exit {code}, {len(rest)} extra bytes")
-        out[name] = stats_ns(samples)
-        print(f"  round trip {name:7s} median {out[name]['median_ns'] / 1e3:.1f} us "
-              f"(p90 {out[name]['p90_ns'] / 1e3:.1f} us)", flush=True)
+                back = read_exact(from_r, 64)
+                samples.append(now() - start)
+                if back != message:
+                    raise BenchError(f"pingpong {mode} {name}: echo returned other bytes")
+            if mode == "pty":
+                close_quietly(to_w)
+                end_session(pid)
+                return stats_ns(samples)
+            os.close(to_w)
+            rest = os.read(from_r, 4096)
+            os.close(from_r)
+            code = wait_status(pid)
+    except (BenchError, OSError) as e:
+        kill_and_reap([pid])
+        close_quietly(to_w, from_r)
+        raise BenchError(f"{e} (after {len(samples)} timed round trips)") from None
+    if code != 0 or rest:
+        raise BenchError(f"pingpong {mode} {name}: exit {code}, {len(rest)} extra bytes")
+    return stats_ns(samples)
+
+
+def bench_pingpong(args, cmds, errfd):
+    """64-byte round trips through cat per stdio mode (see echo_endpoints)."""
+    out = {}
+    for mode in args.stdio_modes:
+        out[mode] = {}
+        for name in ("direct", "helper"):
+            out[mode][name] = pingpong_one(mode, name, cmds[name]("cat"), args.pings, errfd)
+            print(f"  round trip {mode:6s} {name:7s} median "
+                  f"{out[mode][name]['median_ns'] / 1e3:.1f} us "
+                  f"(p90 {out[mode][name]['p90_ns'] / 1e3:.1f} us)", flush=True)
     return out
 
 
 def bench_concurrent(args, cmds, errfd):
     out = {}
-    for name in ("direct", "helper"):
+    for name in ("direct", "bwrap", "helper"):
         argv = cmds[name]("true")
         walls = []
         for _ in range(args.concurrent_runs):
@@ -311,19 +455,102 @@ def bench_concurrent(args, cmds, errfd):
     return out
 
 
+def proc_status_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise BenchError(f"/proc/{pid}/status has no {field}")
+
+
+def session_memory_bytes(parent):
+    """Memory charged to each live session's cgroup (cgroup v2 memory.current, else v1
+    memory.usage_in_bytes), read from the world-readable cgroup files."""
+    for pattern in (f"/sys/fs/cgroup/{parent}/**/session-*/memory.current",
+                    f"/sys/fs/cgroup/memory/{parent}/**/session-*/memory.usage_in_bytes"):
+        paths = glob.glob(pattern, recursive=True)
+        if paths:
+            values = []
+            for path in paths:
+                with open(path) as f:
+                    values.append(int(f.read()))
+            return os.path.basename(pattern), values
+    return None, []
+
+
+def bench_live(args, cmds, errfd):
+    """args.live sessions of `cat` alive at once (each proven alive by an echoed byte),
+    then the daemon's RSS (now and its peak since it started) and each session cgroup's
+    memory; then every stdin closed and every session must exit 0."""
+    n = args.live
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 2 * n + 64
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise BenchError(f"live sessions: RLIMIT_NOFILE hard limit {hard} < {need}")
+    if soft != resource.RLIM_INFINITY and soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    argv = cmds["helper"]("cat")
+    sessions = []
+    start = now()
+    try:
+        with deadline(60 + n * 0.5, f"{n} live sessions"):
+            for _ in range(n):
+                sessions.append(echo_endpoints("pipes", argv, errfd))
+            for _, to_w, _ in sessions:
+                os.write(to_w, b"x")
+            for _, _, from_r in sessions:
+                if read_exact(from_r, 1) != b"x":
+                    raise BenchError("live sessions: echo returned another byte")
+        up_s = (now() - start) / 1e9
+        rss_kib = proc_status_kib(args.daemon_pid, "VmRSS")
+        hwm_kib = proc_status_kib(args.daemon_pid, "VmHWM")
+        memory_file, memory = session_memory_bytes(args.cgroup_parent)
+    except (BenchError, OSError) as e:
+        kill_and_reap([pid for pid, _, _ in sessions])
+        for _, to_w, from_r in sessions:
+            close_quietly(to_w, from_r)
+        raise BenchError(f"{e} ({len(sessions)} sessions started)") from None
+    codes = []
+    with deadline(120 + n * 0.2, f"ending {n} live sessions"):
+        for _, to_w, _ in sessions:
+            os.close(to_w)
+        for pid, _, from_r in sessions:
+            os.read(from_r, 16)
+            os.close(from_r)
+            codes.append(wait_status(pid))
+    failed = sum(1 for c in codes if c != 0)
+    out = {"n": n, "up_s": up_s, "daemon_rss_kib": rss_kib, "daemon_hwm_kib": hwm_kib,
+           "failed": failed, "memory_file": memory_file,
+           "session_memory_median": statistics.median(memory) if memory else None,
+           "session_cgroups": len(memory)}
+    per = f"{out['session_memory_median'] / MIB:.2f} MiB" if memory else "not readable"
+    print(f"  {n} live sessions up in {up_s:.2f} s; daemon RSS {rss_kib / 1024:.1f} MiB "
+          f"(peak since start {hwm_kib / 1024:.1f} MiB); per session {per} "
+          f"({memory_file}, median of {len(memory)} cgroups); {n - failed} of {n} exited 0",
+          flush=True)
+    if failed:
+        raise BenchError(f"live sessions: {failed} of {n} exited non-zero "
+                         f"(codes {sorted(set(codes))})")
+    return out
+
+
+SECTIONS = {
+    "launch": ("launch latency (/bin/true)", bench_launch),
+    "throughput": ("throughput (cat)", bench_throughput),
+    "pingpong": ("round trip (64 B through cat)", bench_pingpong),
+    "concurrent": ("concurrent sessions (/bin/true)", bench_concurrent),
+    "live": ("live sessions (cat, all at once)", bench_live),
+}
+
+
 def mode_caller(args):
     errfd = os.open(args.stderr_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     cmds = commands(args)
     results = {}
-    sections = [
-        ("launch", "launch latency (/bin/true)", bench_launch),
-        ("throughput", "throughput (cat)", bench_throughput),
-        ("pingpong", "round trip (64 B through cat)", bench_pingpong),
-        ("concurrent", "concurrent sessions (/bin/true)", bench_concurrent),
-    ]
     # One failing section does not hide the numbers of the others.
     failed = False
-    for key, title, fn in sections:
+    for key in args.sections:
+        title, fn = SECTIONS[key]
         print(title + ":", flush=True)
         try:
             results[key] = fn(args, cmds, errfd)
@@ -333,7 +560,8 @@ def mode_caller(args):
         if "error" in results[key] or "errors" in results[key]:
             failed = True
     results["params"] = {"launches": args.launches, "mib": args.mib, "pings": args.pings,
-                         "concurrent": args.concurrent}
+                         "concurrent": args.concurrent, "live": args.live,
+                         "cpus": sorted(os.sched_getaffinity(0))}
     with open(args.out, "w") as f:
         json.dump(results, f)
     if failed:
@@ -424,18 +652,29 @@ def ms(ns):
 def mode_report(args):
     with open(args.caller) as f:
         r = json.load(f)
+    pinned = None
+    if args.pinned:
+        with open(args.pinned) as f:
+            pinned = json.load(f)
     with open(args.netns) as f:
         n = json.load(f)
     p = r["params"]
     rows = []
     misses = []
     failures = []
+    heading = [""]
 
-    def row(metric, direct="-", helper="-", ratio="-", target="-"):
-        rows.append((metric, direct, helper, ratio, target))
+    def row(metric, base="-", helper="-", ratio="-", target="-", met=None):
+        verdict = "-" if met is None else ("met" if met else "MISSED")
+        rows.append((metric, base, helper, ratio, target, verdict))
+        if not metric.startswith(" "):
+            heading[0] = metric.split(":")[0]
+        if met is False:
+            name = metric if not metric.startswith(" ") else f"{heading[0]}: {metric.strip()}"
+            misses.append(f"{name}: {helper} vs {base} = {ratio}, target {target}")
 
-    def failed(key, metric):
-        section = r.get(key, {"error": "not measured"})
+    def failed(results, key, metric):
+        section = results.get(key, {"error": "not measured"})
         for e in section.get("errors", []):
             failures.append(f"{key}: {e}")
         if "error" in section:
@@ -444,39 +683,64 @@ def mode_report(args):
             return True
         return False
 
-    if not failed("launch", "launch /bin/true (median)"):
-        L = r["launch"]
-        ld, lh, lb = L["direct"]["median_ns"], L["helper"]["median_ns"], L["bwrap"]["median_ns"]
-        row("launch /bin/true (median)", ms(ld), ms(lh), f"{lh / ld:.1f}x")
-        row("  helper p10 / p90", "-", f"{ms(L['helper']['p10_ns'])} / {ms(L['helper']['p90_ns'])}")
-        row("  bwrap (median)", "-", ms(lb), f"{lh / lb:.2f}x of bwrap", "helper <= bwrap")
-        bd, bh, bb = (L[k]["block_ns"] / 1e9 for k in ("direct", "helper", "bwrap"))
-        row(f"  {p['launches']} back to back (wall)", f"{bd:.2f} s", f"{bh:.2f} s", f"{bh / bd:.1f}x")
-        row(f"  bwrap {p['launches']} back to back", "-", f"{bb:.2f} s", f"{bh / bb:.2f}x of bwrap",
-            "helper <= bwrap")
-        if lh > lb:
-            misses.append(f"launch: helper median {ms(lh)} > bwrap {ms(lb)}")
-    metric = f"throughput cat {p['mib']} MiB"
-    if not failed("throughput", metric):
-        T = r["throughput"]
-        td, th = T["direct"]["mib_per_s"], T["helper"]["mib_per_s"]
-        note = f" ({len(T['errors'])} runs FAILED)" if T.get("errors") else ""
-        row(metric + note, f"{td:.0f} MiB/s", f"{th:.0f} MiB/s", f"{th / td:.2f}x", ">= 0.7x")
-        if th / td < 0.7:
-            misses.append(f"throughput: {th:.0f} / {td:.0f} MiB/s = {th / td:.2f}x < 0.7x")
-    if not failed("pingpong", "round trip 64 B (median)"):
-        P = r["pingpong"]
-        pd, ph = P["direct"]["median_ns"], P["helper"]["median_ns"]
-        row("round trip 64 B (median)", f"{pd / 1e3:.1f} us", f"{ph / 1e3:.1f} us", f"{ph / pd:.1f}x",
-            "<= 3x")
-        row("  p90", f"{P['direct']['p90_ns'] / 1e3:.1f} us", f"{P['helper']['p90_ns'] / 1e3:.1f} us")
-        if ph / pd > 3:
-            misses.append(f"round trip: {ph / 1e3:.1f} / {pd / 1e3:.1f} us = {ph / pd:.1f}x > 3x")
-    metric = f"{p['concurrent']} concurrent sessions"
-    if not failed("concurrent", metric):
+    def launch_rows(results, where):
+        if failed(results, "launch", f"launch /bin/true, {where}"):
+            return
+        L = results["launch"]
+        h, b, d = L["helper"], L["bwrap"], L["direct"]
+        row(f"launch /bin/true, {where}: p50", f"bwrap {ms(b['median_ns'])}", ms(h["median_ns"]),
+            f"{h['median_ns'] / b['median_ns']:.2f}x", "<= 0.8x",
+            h["median_ns"] <= 0.8 * b["median_ns"])
+        row("  p95", f"bwrap {ms(b['p95_ns'])}", ms(h["p95_ns"]),
+            f"{h['p95_ns'] / b['p95_ns']:.2f}x", "<= 1.0x", h["p95_ns"] <= b["p95_ns"])
+        row("  p99", f"bwrap {ms(b['p99_ns'])}", ms(h["p99_ns"]), f"{h['p99_ns'] / b['p99_ns']:.2f}x")
+        row("  max", f"bwrap {ms(b['max_ns'])}", ms(h["max_ns"]), f"{h['max_ns'] / b['max_ns']:.2f}x")
+        row("  p50 vs direct", f"direct {ms(d['median_ns'])}", ms(h["median_ns"]),
+            f"{h['median_ns'] / d['median_ns']:.1f}x")
+        row(f"  {results['params']['launches']} back to back (wall)",
+            f"bwrap {b['block_ns'] / 1e9:.2f} s", f"{h['block_ns'] / 1e9:.2f} s",
+            f"{h['block_ns'] / b['block_ns']:.2f}x")
+
+    launch_rows(r, f"CPUs {','.join(map(str, p['cpus']))}")
+    if pinned is not None:
+        launch_rows(pinned, f"all on CPU {','.join(map(str, pinned['params']['cpus']))}")
+    metric = f"{p['concurrent']} launches at once (wall)"
+    if "concurrent" in r and not failed(r, "concurrent", metric):
         C = r["concurrent"]
-        cd, ch = C["direct"]["wall_s"], C["helper"]["wall_s"]
-        row(metric + " (all exit 0)", f"{cd:.3f} s", f"{ch:.3f} s", f"{ch / cd:.1f}x")
+        cb, ch = C["bwrap"]["wall_s"], C["helper"]["wall_s"]
+        row(metric, f"bwrap {cb:.3f} s", f"{ch:.3f} s", f"{ch / cb:.2f}x", "<= 1.0x", ch <= cb)
+        row("  direct", f"{C['direct']['wall_s']:.3f} s")
+    if "throughput" in r and not failed(r, "throughput", f"throughput cat {p['mib']} MiB"):
+        T = r["throughput"]
+        for mode in STDIO_MODES:
+            if mode not in T:
+                continue
+            td, th = T[mode]["direct"]["mib_per_s"], T[mode]["helper"]["mib_per_s"]
+            row(f"throughput cat {p['mib']} MiB, {mode}", f"direct {td:.0f} MiB/s",
+                f"{th:.0f} MiB/s", f"{th / td:.2f}x", ">= 0.95x", th >= 0.95 * td)
+    if "pingpong" in r and not failed(r, "pingpong", "round trip 64 B"):
+        P = r["pingpong"]
+        for mode in STDIO_MODES:
+            if mode not in P:
+                continue
+            pd, ph = P[mode]["direct"], P[mode]["helper"]
+            row(f"round trip 64 B, {mode}: p50", f"direct {pd['median_ns'] / 1e3:.1f} us",
+                f"{ph['median_ns'] / 1e3:.1f} us", f"{ph['median_ns'] / pd['median_ns']:.2f}x",
+                "<= 1.2x", ph["median_ns"] <= 1.2 * pd["median_ns"])
+            row("  p90", f"direct {pd['p90_ns'] / 1e3:.1f} us", f"{ph['p90_ns'] / 1e3:.1f} us",
+                f"{ph['p90_ns'] / pd['p90_ns']:.2f}x")
+    metric = f"{p['live']} live sessions"
+    if "live" in r and not failed(r, "live", metric):
+        V = r["live"]
+        row(f"{metric}: all exited 0", "-", f"{V['n'] - V['failed']} of {V['n']}", "-",
+            "all", V["failed"] == 0)
+        row("  daemon peak RSS (VmHWM)", "-", f"{V['daemon_hwm_kib'] / 1024:.1f} MiB", "-",
+            "<= 32 MiB", V["daemon_hwm_kib"] <= 32 * 1024)
+        row("  daemon RSS, all up", "-", f"{V['daemon_rss_kib'] / 1024:.1f} MiB")
+        per = ("not readable" if V["session_memory_median"] is None
+               else f"{V['session_memory_median'] / MIB:.2f} MiB")
+        row(f"  per session ({V['memory_file']})", "-", per)
+        row("  all up after", "-", f"{V['up_s']:.2f} s")
     base = n["unshare true"]["median_ns"]
     net = n["unshare --net true"]["median_ns"]
     row("netns: unshare [--net] true", ms(base), ms(net), f"+{(net - base) / 1e6:.2f} ms netns")
@@ -484,16 +748,18 @@ def mode_report(args):
     allnet = n["unshare --net --mount --pid --ipc --uts --fork true"]["median_ns"]
     row("  with mnt/pid/ipc/uts too", ms(allns), ms(allnet), f"+{(allnet - allns) / 1e6:.2f} ms netns")
 
-    header = ("metric", "direct", "helper", "ratio", "target")
-    widths = [max(len(str(x[i])) for x in rows + [header]) for i in range(5)]
+    header = ("metric", "baseline", "helper", "ratio", "target", "")
+    widths = [max(len(str(x[i])) for x in rows + [header]) for i in range(len(header))]
     print()
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
     for r_ in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(r_, widths)).rstrip())
     print()
-    print("ratio = helper / direct (throughput: helper MiB/s / direct MiB/s); bwrap rows: helper / "
-          "bwrap; netns rows: direct = without, helper column = with a new network namespace.")
-    print("targets missed: " + ("; ".join(misses) if misses else "none"))
+    print("ratio = helper / baseline (throughput: helper MiB/s / baseline MiB/s); netns rows: "
+          "baseline = without, helper column = with a new network namespace.")
+    print("targets missed: " + ("none" if not misses else f"{len(misses)}"))
+    for m in misses:
+        print("  " + m)
     if failures:
         print("FAILURES:")
         for f_ in failures:
@@ -517,6 +783,11 @@ def main():
     c.add_argument("--pings", type=int, default=10000)
     c.add_argument("--concurrent", type=int, default=100)
     c.add_argument("--concurrent-runs", type=int, default=3)
+    c.add_argument("--live", type=int, default=1000)
+    c.add_argument("--daemon-pid", type=int, default=0)
+    c.add_argument("--cgroup-parent", default="pandobench")
+    c.add_argument("--sections", type=lambda v: v.split(","), default=list(SECTIONS))
+    c.add_argument("--stdio-modes", type=lambda v: v.split(","), default=list(STDIO_MODES))
     c.add_argument("--stderr-log", required=True)
     c.add_argument("--out", required=True)
     n = sub.add_parser("netns")
@@ -528,6 +799,7 @@ def main():
     d.add_argument("--sequential", type=int, default=0)
     r = sub.add_parser("report")
     r.add_argument("--caller", required=True)
+    r.add_argument("--pinned")
     r.add_argument("--netns", required=True)
     args = ap.parse_args()
     try:

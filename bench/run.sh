@@ -30,28 +30,32 @@ cgroup_parent=$prefix
 
 if [[ $quick -eq 1 ]]; then
   sequential=$((20 + 5))
-  counts=(--launches 20 --mib 128 --throughput-runs 3 --pings 1000 --concurrent 20 --concurrent-runs 1)
+  counts=(--launches 20 --mib 128 --throughput-runs 3 --pings 1000 --concurrent 20 --concurrent-runs 1 --live 100)
   netns_launches=20
 else
   sequential=$((200 + 5))
-  counts=(--launches 200 --mib 1024 --throughput-runs 5 --pings 10000 --concurrent 100 --concurrent-runs 3)
+  counts=(--launches 200 --mib 1024 --throughput-runs 5 --pings 10000 --concurrent 100 --concurrent-runs 3 --live 1000)
   netns_launches=200
 fi
 
 tmp=""
 daemon_pid=""
 created_users=()
+stop_daemon() {
+  if [[ -n "$daemon_pid" ]] && kill -0 "$daemon_pid" 2>/dev/null; then
+    kill -TERM "$daemon_pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$daemon_pid" 2>/dev/null || true
+    wait "$daemon_pid" 2>/dev/null || true
+  fi
+  daemon_pid=""
+}
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   # Cleanup must finish even when whoever read our output is gone.
   trap '' PIPE
-  if [[ -n "$daemon_pid" ]] && kill -0 "$daemon_pid" 2>/dev/null; then
-    kill -TERM "$daemon_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$daemon_pid" 2>/dev/null || true
-    wait "$daemon_pid" 2>/dev/null || true
-  fi
+  stop_daemon
   for user in "${created_users[@]}"; do
     if [[ $user == "$caller" ]]; then
       userdel --remove "$user" 2>/dev/null
@@ -114,9 +118,13 @@ chown "$caller" "$caller_json"
 conf=$tmp/pandobench.conf
 cat >"$conf" <<EOF
 sandbox_helper_path: "$build_dir/pando-helper-sandbox"
-max_sessions: 256
-max_sessions_per_uid: 256
+max_sessions: 1100
+max_sessions_per_uid: 1100
 max_pending_per_uid: 64
+caller_limits {
+  memory_max_bytes: 34359738368
+  pids_max: 16384
+}
 log_file: "$tmp/daemon.log"
 log_level: "info"
 core {
@@ -131,29 +139,42 @@ cgroups { parent: "$cgroup_parent" }
 EOF
 chmod 0644 "$conf"
 
+# start_daemon LOG [taskset -c CPU]: the daemon, on every CPU or on the ones given.
+start_daemon() {
+  local log=$1
+  shift
+  sed "s|^log_file: .*|log_file: \"$log\"|" "$conf" >"$conf.run"
+  rm -f "$socket"
+  "$@" "$build_dir/pando-helperd" --config "$conf.run" --socket "$socket" 2>>"$tmp/daemon.stderr" &
+  daemon_pid=$!
+  for _ in $(seq 100); do
+    [[ -S "$socket" ]] && break
+    kill -0 "$daemon_pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if [[ ! -S "$socket" ]]; then
+    echo "bench: the daemon did not come up:" >&2
+    cat "$tmp/daemon.stderr" "$log" >&2 2>/dev/null || true
+    exit 1
+  fi
+}
+
+# as_caller CMD...: runs CMD as the caller with a clean environment.
+as_caller() {
+  setpriv --reuid="$caller" --regid="$caller" --init-groups --inh-caps=-all \
+    env -i HOME="$caller_home" USER="$caller" LOGNAME="$caller" PATH=/usr/bin:/bin LANG=C.UTF-8 "$@"
+}
+
 echo "== daemon"
 socket=$tmp/run/helper.sock
-"$build_dir/pando-helperd" --config "$conf" --socket "$socket" 2>>"$tmp/daemon.stderr" &
-daemon_pid=$!
-for _ in $(seq 100); do
-  [[ -S "$socket" ]] && break
-  kill -0 "$daemon_pid" 2>/dev/null || break
-  sleep 0.05
-done
-if [[ ! -S "$socket" ]]; then
-  echo "bench: the daemon did not come up:" >&2
-  cat "$tmp/daemon.stderr" "$tmp/daemon.log" >&2 2>/dev/null || true
-  exit 1
-fi
+start_daemon "$tmp/daemon.log"
 
 echo "== host: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), kernel $(uname -r)"
 echo "== caller-side measurements (as $caller)"
 caller_ok=1
-setpriv --reuid="$caller" --regid="$caller" --init-groups --inh-caps=-all \
-  env -i HOME="$caller_home" USER="$caller" LOGNAME="$caller" PATH=/usr/bin:/bin LANG=C.UTF-8 \
-  python3 "$tmp/driver.py" caller --client "$build_dir/pando-helper" --socket "$socket" \
-  --project "$project" --stderr-log "$stderr_log" --out "$caller_json" "${counts[@]}" ||
-  caller_ok=0
+as_caller python3 "$tmp/driver.py" caller --client "$build_dir/pando-helper" --socket "$socket" \
+  --project "$project" --stderr-log "$stderr_log" --out "$caller_json" --daemon-pid "$daemon_pid" \
+  --cgroup-parent "$cgroup_parent" "${counts[@]}" || caller_ok=0
 if [[ -s "$stderr_log" ]]; then
   echo "-- stderr of the measured commands (first 20 lines):"
   head -n 20 "$stderr_log"
@@ -166,10 +187,26 @@ fi
 [[ -s "$caller_json" ]] || exit 1
 python3 "$tmp/driver.py" daemonlog --log "$tmp/daemon.log" --sequential "$sequential" || true
 
+# The launch loop again with the daemon (and so its launchers), the driver, every
+# client and every bwrap on CPU 0: preparation ahead of requests competes with the
+# launch itself there.
+echo "== launch latency, everything on CPU 0"
+stop_daemon
+start_daemon "$tmp/daemon-pinned.log" taskset -c 0
+pinned_json=$tmp/caller-pinned.json
+: >"$pinned_json"
+chown "$caller" "$pinned_json"
+as_caller taskset -c 0 python3 "$tmp/driver.py" caller --client "$build_dir/pando-helper" \
+  --socket "$socket" --project "$project" --stderr-log "$stderr_log" --out "$pinned_json" \
+  --daemon-pid "$daemon_pid" --sections launch "${counts[@]}" || caller_ok=0
+[[ -s "$pinned_json" ]] || exit 1
+stop_daemon
+
 echo "== network namespace cost (as root)"
 python3 "$tmp/driver.py" netns --launches "$netns_launches" --out "$tmp/netns.json"
 
 report_ok=1
 echo "== load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 "$tmp/driver.py" report --caller "$caller_json" --netns "$tmp/netns.json" || report_ok=0
+python3 "$tmp/driver.py" report --caller "$caller_json" --pinned "$pinned_json" \
+  --netns "$tmp/netns.json" || report_ok=0
 [[ $caller_ok -eq 1 && $report_ok -eq 1 ]]
