@@ -22,20 +22,15 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "daemon/sandbox/syscall_numbers.h"
 #include "proto/error.h"
 
 #if !defined(__x86_64__)
 #error "The seccomp policy is written for x86_64 only (syscall numbers, ABI checks)."
 #endif
 
-// Linux 6.15 and 6.6; Debian 12's kernel headers predate them. libseccomp adds a rule for a
-// number it does not know as is when the filter has only the native architecture.
-#ifndef __NR_open_tree_attr
-#define __NR_open_tree_attr 467
-#endif
-#ifndef __NR_fchmodat2
-#define __NR_fchmodat2 452
-#endif
+// libseccomp adds a rule for a number it does not know (syscall_numbers.h) as is when the
+// filter has only the native architecture.
 
 namespace pando::sandbox {
 namespace {

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/sandbox/syscall_numbers.h"
 #include "proto/error.h"
 
 extern char** environ;
@@ -327,10 +328,6 @@ TEST(SeccompTest, ConditionalRowsAreTheTestedOnes) {
                                         "fchmodat", "fchmodat2", "open", "openat", "creat", "mkdir",
                                         "mkdirat", "mknod", "mknodat"}));
 }
-
-#ifndef __NR_fchmodat2
-#define __NR_fchmodat2 452
-#endif
 
 // The mode's argument index in each call that takes one; paths and fds are invalid, so a call
 // the filter lets through fails in the kernel (EFAULT, EBADF) and makes nothing.
