@@ -97,7 +97,7 @@ ReceivedPlan receive_plan() {
   const size_t expected = 5 + (plan.has_auth_home() ? 1 : 0) + plan.runtime_paths_size();
   if (fds.size() != expected) {
     throw pando::Error(v1::ERROR_LAUNCH_FAILED, "the daemon sent " + std::to_string(fds.size()) +
-                                                      " fds, not " + std::to_string(expected));
+                                                    " fds, not " + std::to_string(expected));
   }
   auto next = fds.begin();
   for (UniqueFd& fd : received.stdio) fd = std::move(*next++);
@@ -258,8 +258,7 @@ Prepared prepare_for_launchers() {
   pid_t role_pid = -1;
   SandboxPlan plan;
   try {
-    if (!prepared.seccomp)
-      throw pando::Error(prepared.seccomp_error_code, prepared.seccomp_error);
+    if (!prepared.seccomp) throw pando::Error(prepared.seccomp_error_code, prepared.seccomp_error);
     if (prepared.idle_while_waiting) set_scheduling(SCHED_IDLE);
     sb::set_up_namespaces();
     sb::BaseView view = sb::build_base_view();

@@ -42,9 +42,7 @@ using pando::helper::v1::ERROR_LAUNCH_FAILED;
 constexpr char kHostName[] = "pando-sandbox";
 constexpr off_t kMaxCopiedFileSize = 16 << 20;
 
-[[noreturn]] void fail(const std::string& message) {
-  throw Error(ERROR_LAUNCH_FAILED, message);
-}
+[[noreturn]] void fail(const std::string& message) { throw Error(ERROR_LAUNCH_FAILED, message); }
 
 // Binds a root-owned host path read-only, nosuid, nodev (with its submounts)
 // onto the directory `target_fd`, and verifies the flags.

@@ -31,7 +31,7 @@ void reset_signals() {
   }
   if (!sigisemptyset(&now)) {
     throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
-                     "reset_process_state: signals still blocked");
+                "reset_process_state: signals still blocked");
   }
 
   // SIG_IGN survives execve, so every disposition is reset, not only handlers.
@@ -74,7 +74,7 @@ void close_inherited_fds(int keep_fd) {
     if (flags < 0) throw_errno("reset_process_state: fcntl(keep_fd)");
     if ((flags & FD_CLOEXEC) == 0) {
       throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
-                       "reset_process_state: the kept fd is not close-on-exec");
+                  "reset_process_state: the kept fd is not close-on-exec");
     }
     const auto keep = static_cast<unsigned int>(keep_fd);
     if (keep > 3 && close_fd_range(3, keep - 1) != 0) {
@@ -110,7 +110,7 @@ void reset_process_state(const pando::helper::sandbox::v1::SandboxPlan& plan, in
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) throw_errno("reset_process_state: PR_SET_DUMPABLE");
   if (prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0) {
     throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
-                     "reset_process_state: still dumpable after PR_SET_DUMPABLE 0");
+                "reset_process_state: still dumpable after PR_SET_DUMPABLE 0");
   }
 
   // The kernel clears the parent-death signal on credential changes, so this
