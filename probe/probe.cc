@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/landlock.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -80,6 +81,14 @@ void expect_errno_in_child(const std::string& check, const std::function<long()>
   if (err < 0) return fail(check, "the attempt died (wait status " + std::to_string(status) + ")");
   errno = err;
   expect_errno(check, err == 0 ? 0 : -1, expected);
+}
+
+int try_create(const std::string& path, mode_t mode) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) return -1;
+  close(fd);
+  unlink(path.c_str());
+  return fd;
 }
 
 std::string read_file(const std::string& path) {

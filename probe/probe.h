@@ -52,6 +52,10 @@ void expect_errno_in_child(const std::string& check, const std::function<long()>
 // manager's RestrictAddressFamilies=), the check cannot run: SKIP, and -1.
 int socket_for(const std::string& check, int family, int type);
 
+// Creates `path` as a new file and removes it again: its fd (closed by then), or
+// -1 with the open's errno.
+int try_create(const std::string& path, mode_t mode);
+
 std::string read_file(const std::string& path);
 // A field of /proc/self/status ("" when it has none).
 std::string status_field(const std::string& name);

@@ -31,20 +31,12 @@ void check_project_owner() {
 }
 
 void check_project_write() {
-  const std::string path = project_root() + "/pando-selftest-write";
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  const int err = errno;
-  if (fd >= 0) {
-    close(fd);
-    unlink(path.c_str());
+  const int fd = try_create(project_root() + "/pando-selftest-write", 0644);
+  if (!workspace()) return expect_errno("project.access", fd, EROFS);
+  if (fd < 0) {
+    return fail("project.access", "workspace cannot write its project: " + errno_name(errno));
   }
-  if (workspace()) {
-    if (fd < 0)
-      return fail("project.access", "workspace cannot write its project: " + errno_name(err));
-    return pass("project.access", "workspace writes its project");
-  }
-  errno = err;
-  expect_errno("project.access", fd, EROFS);
+  pass("project.access", "workspace writes its project");
 }
 
 void check_hidden_env() {
@@ -77,13 +69,7 @@ void check_git_hooks() {
     if (result == 0) rmdir(hooks.c_str());
     return expect_errno("project.git_hooks", result, EROFS);
   }
-  const std::string path = hooks + "/pando-selftest";
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
-  if (fd >= 0) {
-    close(fd);
-    unlink(path.c_str());
-  }
-  expect_errno("project.git_hooks", fd, EROFS);
+  expect_errno("project.git_hooks", try_create(hooks + "/pando-selftest", 0755), EROFS);
 }
 
 void check_git_rename() {
@@ -130,13 +116,7 @@ void check_other_role_home() {
   if (stat(dir.c_str(), &st) != 0) {
     return skip("project.other_role_home", dir + " does not exist yet");
   }
-  const std::string path = dir + "/pando-selftest";
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    close(fd);
-    unlink(path.c_str());
-  }
-  expect_errno("project.other_role_home", fd, EROFS);
+  expect_errno("project.other_role_home", try_create(dir + "/pando-selftest", 0644), EROFS);
 }
 
 }  // namespace

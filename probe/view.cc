@@ -113,12 +113,7 @@ void check_mknod() {
 }
 
 void check_root_read_only() {
-  const int fd = open("/pando-selftest", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    close(fd);
-    unlink("/pando-selftest");
-  }
-  expect_failure("view.root_read_only", fd);
+  expect_failure("view.root_read_only", try_create("/pando-selftest", 0644));
 }
 
 }  // namespace
