@@ -16,9 +16,6 @@
 namespace pando::sandbox {
 namespace {
 
-constexpr rlim_t kDefaultCore = 0;
-constexpr rlim_t kDefaultNofile = 4096;
-
 void reset_signals() {
   sigset_t empty;
   if (sigemptyset(&empty) != 0) throw_errno("reset_process_state: sigemptyset");
@@ -96,9 +93,10 @@ void reset_process_state(const pando::helper::sandbox::v1::SandboxPlan& plan, in
   umask(022);
 
   set_limit(RLIMIT_CORE, "RLIMIT_CORE",
-            plan.rlimit_core() != 0 ? static_cast<rlim_t>(plan.rlimit_core()) : kDefaultCore);
-  set_limit(RLIMIT_NOFILE, "RLIMIT_NOFILE",
-            plan.rlimit_nofile() != 0 ? static_cast<rlim_t>(plan.rlimit_nofile()) : kDefaultNofile);
+            plan.rlimit_core() != 0 ? static_cast<rlim_t>(plan.rlimit_core()) : kDefaultRlimitCore);
+  set_limit(
+      RLIMIT_NOFILE, "RLIMIT_NOFILE",
+      plan.rlimit_nofile() != 0 ? static_cast<rlim_t>(plan.rlimit_nofile()) : kDefaultRlimitNofile);
 
   // A new session without a controlling terminal: the role cannot reach the
   // caller's terminal (TIOCSTI and friends, CVE-2017-5226).
