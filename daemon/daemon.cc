@@ -20,6 +20,7 @@
 #include "common/json_log.h"
 #include "daemon/sandbox/landlock.h"
 #include "daemon/sandbox/mounts.h"
+#include "daemon/sandbox/seccomp.h"
 #include "daemon/service_manager.h"
 #include "daemon/session.h"
 
@@ -529,7 +530,7 @@ v1::Status Daemon::status() const {
     layer->set_detail(detail);
   };
   add("namespaces", true, "mount, pid, net, ipc, uts, cgroup (new for every session)");
-  add("seccomp", true, "deny-list filter, non-native ABIs killed");
+  add("seccomp", true, sandbox::seccomp_status_detail());
   const int abi = sandbox::landlock_abi_version();
   add("landlock", abi > 0, sandbox::landlock_status_detail());
   add("cgroups", cgroups_->mode() != CgroupMode::kNone, cgroups_->detail());

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -365,6 +366,18 @@ std::vector<SeccompPolicyEntry> seccomp_policy() {
     entries.push_back({abi.name, -1, "KILL_PROCESS", abi.reason});
   }
   return entries;
+}
+
+std::string seccomp_status_detail() {
+  std::set<std::string> refused;
+  std::set<std::string> by_argument;
+  for (const Rule& rule : kPolicy) {
+    refused.insert(rule.name);
+    if (rule.when.match != Match::kAlways) by_argument.insert(rule.name);
+  }
+  return "deny-list filter, " + std::to_string(refused.size()) + " syscalls refused (" +
+         std::to_string(by_argument.size()) + " by argument), " +
+         std::to_string(std::size(kAbiPolicy)) + " non-native ABIs killed";
 }
 
 }  // namespace pando::sandbox

@@ -317,6 +317,25 @@ TEST(SeccompTest, EveryUnconditionalRowFailsWithItsErrno) {
   EXPECT_GT(checked, 40);
 }
 
+// `security status` shows the policy the launcher installs, not a description kept apart.
+TEST(SeccompTest, StatusDetailCountsThePolicy) {
+  std::set<std::string> refused;
+  std::set<std::string> by_argument;
+  int abis = 0;
+  for (const auto& entry : seccomp_policy()) {
+    if (entry.number < 0) {
+      ++abis;
+      continue;
+    }
+    refused.insert(entry.syscall);
+    if (is_conditional(entry)) by_argument.insert(entry.syscall);
+  }
+  EXPECT_EQ(seccomp_status_detail(), "deny-list filter, " + std::to_string(refused.size()) +
+                                         " syscalls refused (" +
+                                         std::to_string(by_argument.size()) + " by argument), " +
+                                         std::to_string(abis) + " non-native ABIs killed");
+}
+
 // Rows that look at an argument each have their own test below.
 TEST(SeccompTest, ConditionalRowsAreTheTestedOnes) {
   std::multiset<std::string> conditional;
