@@ -18,6 +18,7 @@
 #include "client/setup_users.h"
 #include "client/status.h"
 #include "common/json_log.h"
+#include "proto/error.h"
 
 namespace {
 
@@ -34,46 +35,6 @@ constexpr const char* kUsage =
     "  pando-helper --version\n"
     "`pando-helper security <command> --help` describes one command.\n"
     "The socket defaults to $PANDO_HELPER_SOCKET, then /run/pando/helper.sock.\n";
-
-struct CommandHelp {
-  const char* command;
-  const char* text;
-};
-constexpr CommandHelp kCommandHelp[] = {
-    {"launch",
-     "usage: pando-helper security launch --role <core|workspace> --project-root <path> --stdio "
-     "[--socket PATH]\n"
-     "Starts the role's tool server confined to <path> (as pando-helperd's config names it) and\n"
-     "relays stdin, stdout and stderr until it exits; exits with its status.\n"
-     "  --role core|workspace  core reads the project; workspace also writes it\n"
-     "  --project-root <path>  your project directory; symbolic links in it are resolved here,\n"
-     "                         and the role sees the resolved path\n"
-     "  --stdio                relay stdio (the only mode; what an MCP client expects)\n"
-     "  --socket PATH          the daemon's socket (default $PANDO_HELPER_SOCKET, then\n"
-     "                         /run/pando/helper.sock)\n"
-     "Exit codes: the role's own; 128+N when killed by signal N; 64 bad command line;\n"
-     "69 daemon not reachable; 70 local failure; 76 connection broke; 77 rejected.\n"},
-    {"status",
-     "usage: pando-helper security status [--project-root <path>] [--socket PATH]\n"
-     "Whether pando-helperd answers, its version, live sessions and which confinement layers\n"
-     "this host offers; with --project-root, whether that directory can be idmapped.\n"},
-    {"selftest",
-     "usage: pando-helper security selftest [--role core|workspace] [--project-root <path>] "
-     "[--json]\n"
-     "                                       [--socket PATH]\n"
-     "Has pando-helperd run its own probe as each role in a real session and try the escapes\n"
-     "every confinement layer must stop; prints the layers the daemon reports unavailable,\n"
-     "then one line per check: PASS, FAIL or SKIP (cannot run on this host), check, detail.\n"
-     "  --role core|workspace  only this role (default: both, one after the other)\n"
-     "  --project-root <path>  run in this project of yours (default: a temporary project\n"
-     "                         made in /tmp and removed afterwards)\n"
-     "  --json                 one JSON object per line: {\"check\",\"result\",\"detail\"}\n"
-     "Exit codes: 0 no check failed; 1 a check failed; 64, 69, 70, 76, 77 as for launch.\n"},
-    {"setup-users",
-     "usage: pando-helper security setup-users [--core-user NAME] [--workspace-user NAME]\n"
-     "As root: creates the locked system users the roles run as (default pando-core and\n"
-     "pando-workspace; own group, no shell, no home). Safe to run again.\n"},
-};
 
 int usage_error(const std::string& message) {
   std::cerr << "pando-helper: " << message << "\n" << kUsage;
@@ -167,6 +128,121 @@ std::string resolved_project_root(const std::string& path) {
   return base == "/" ? "/" + path : base + "/" + path;
 }
 
+using Options = std::map<std::string, std::string>;
+
+std::optional<std::string> socket_option(const Options& options) {
+  if (options.count("--socket") == 0) return std::nullopt;
+  return options.at("--socket");
+}
+
+int launch_command(const std::vector<std::string>& args) {
+  std::string error;
+  const auto options =
+      parse_options(args, {"--role", "--project-root", "--socket"}, {"--stdio"}, error);
+  if (!options) return usage_error(error);
+  if (options->count("--role") == 0) return usage_error("--role is required");
+  if (options->count("--project-root") == 0) return usage_error("--project-root is required");
+  if (options->count("--stdio") == 0) return usage_error("--stdio is required (the only mode)");
+  init_client_log();
+  return pando::client::run_launch(options->at("--role"),
+                                   resolved_project_root(options->at("--project-root")),
+                                   pando::client::socket_path(socket_option(*options)));
+}
+
+int status_command(const std::vector<std::string>& args) {
+  std::string error;
+  const auto options = parse_options(args, {"--project-root", "--socket"}, {}, error);
+  if (!options) return usage_error(error);
+  const std::string root = options->count("--project-root") != 0
+                               ? resolved_project_root(options->at("--project-root"))
+                               : "";
+  return pando::client::run_status(pando::client::socket_path(socket_option(*options)), root);
+}
+
+int selftest_command(const std::vector<std::string>& args) {
+  std::string error;
+  const auto options =
+      parse_options(args, {"--role", "--project-root", "--socket"}, {"--json"}, error);
+  if (!options) return usage_error(error);
+  pando::client::SelftestOptions selftest;
+  if (options->count("--role") == 0) {
+    selftest.roles = {"core", "workspace"};
+  } else if (options->at("--role") == "core" || options->at("--role") == "workspace") {
+    selftest.roles = {options->at("--role")};
+  } else {
+    return usage_error("--role must be core or workspace");
+  }
+  if (options->count("--project-root") != 0) {
+    selftest.project_root = resolved_project_root(options->at("--project-root"));
+  }
+  selftest.json = options->count("--json") != 0;
+  selftest.socket = pando::client::socket_path(socket_option(*options));
+  return pando::client::run_selftest(selftest);
+}
+
+int setup_users_command(const std::vector<std::string>& args) {
+  std::string error;
+  const auto options = parse_options(args, {"--core-user", "--workspace-user"}, {}, error);
+  if (!options) return usage_error(error);
+  pando::client::SetupUsersOptions setup;
+  if (options->count("--core-user") != 0) setup.core_user = options->at("--core-user");
+  if (options->count("--workspace-user") != 0) {
+    setup.workspace_user = options->at("--workspace-user");
+  }
+  return pando::client::run_setup_users(setup, std::cout, std::cerr);
+}
+
+struct Command {
+  const char* name;
+  int (*run)(const std::vector<std::string>& args);
+  const char* help;
+};
+constexpr Command kCommands[] = {
+    {"launch", launch_command,
+     "usage: pando-helper security launch --role <core|workspace> --project-root <path> --stdio "
+     "[--socket PATH]\n"
+     "Starts the role's tool server confined to <path> (as pando-helperd's config names it) and\n"
+     "relays stdin, stdout and stderr until it exits; exits with its status.\n"
+     "  --role core|workspace  core reads the project; workspace also writes it\n"
+     "  --project-root <path>  your project directory; symbolic links in it are resolved here,\n"
+     "                         and the role sees the resolved path\n"
+     "  --stdio                relay stdio (the only mode; what an MCP client expects)\n"
+     "  --socket PATH          the daemon's socket (default $PANDO_HELPER_SOCKET, then\n"
+     "                         /run/pando/helper.sock)\n"
+     "Exit codes: the role's own; 128+N when killed by signal N; 64 bad command line;\n"
+     "69 daemon not reachable; 70 local failure; 76 connection broke; 77 rejected.\n"},
+    {"status", status_command,
+     "usage: pando-helper security status [--project-root <path>] [--socket PATH]\n"
+     "Whether pando-helperd answers, its version, live sessions and which confinement layers\n"
+     "this host offers; with --project-root, whether that directory can be idmapped.\n"},
+    {"selftest", selftest_command,
+     "usage: pando-helper security selftest [--role core|workspace] [--project-root <path>] "
+     "[--json]\n"
+     "                                       [--socket PATH]\n"
+     "Has pando-helperd run its own probe as each role in a real session and try the escapes\n"
+     "every confinement layer must stop; prints the layers the daemon reports unavailable,\n"
+     "then one line per check: PASS, FAIL or SKIP (cannot run on this host), check, detail.\n"
+     "  --role core|workspace  only this role (default: both, one after the other)\n"
+     "  --project-root <path>  run in this project of yours (default: a temporary project\n"
+     "                         made in /tmp and removed afterwards)\n"
+     "  --json                 one JSON object per line: {\"check\",\"result\",\"detail\"}\n"
+     "Exit codes: 0 no check failed; 1 a check failed; 64, 69, 70, 76, 77 as for launch.\n"},
+    {"setup-users", setup_users_command,
+     "usage: pando-helper security setup-users [--core-user NAME] [--workspace-user NAME]\n"
+     "As root: creates the locked system users the roles run as (default pando-core and\n"
+     "pando-workspace; own group, no shell, no home). Safe to run again.\n"},
+};
+
+// The client's one boundary: a command's failure is its message and exit status.
+int run_command(const Command& command, const std::vector<std::string>& args) {
+  try {
+    return command.run(args);
+  } catch (const pando::Error& e) {
+    std::cerr << "pando-helper: " << e.what() << "\n";
+    return pando::client::kExitSoftware;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,73 +263,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (args.size() < 2 || args[0] != "security") return usage_error("expected `security <command>`");
-  const std::string command = args[1];
   const std::vector<std::string> rest(args.begin() + 2, args.end());
-  std::string error;
-  if (asks_for_help(rest)) {
-    for (const CommandHelp& help : kCommandHelp) {
-      if (command == help.command) {
-        std::cout << help.text;
-        return 0;
-      }
+  for (const Command& command : kCommands) {
+    if (args[1] != command.name) continue;
+    if (asks_for_help(rest)) {
+      std::cout << command.help;
+      return 0;
     }
-    return usage_error("unknown command " + command);
+    return run_command(command, rest);
   }
-
-  if (command == "launch") {
-    const auto options =
-        parse_options(rest, {"--role", "--project-root", "--socket"}, {"--stdio"}, error);
-    if (!options) return usage_error(error);
-    if (options->count("--role") == 0) return usage_error("--role is required");
-    if (options->count("--project-root") == 0) return usage_error("--project-root is required");
-    if (options->count("--stdio") == 0) return usage_error("--stdio is required (the only mode)");
-    init_client_log();
-    std::optional<std::string> socket;
-    if (options->count("--socket") != 0) socket = options->at("--socket");
-    return pando::client::run_launch(options->at("--role"),
-                                     resolved_project_root(options->at("--project-root")),
-                                     pando::client::socket_path(socket));
-  }
-  if (command == "status") {
-    const auto options = parse_options(rest, {"--project-root", "--socket"}, {}, error);
-    if (!options) return usage_error(error);
-    std::optional<std::string> socket;
-    if (options->count("--socket") != 0) socket = options->at("--socket");
-    const std::string root = options->count("--project-root") != 0
-                                 ? resolved_project_root(options->at("--project-root"))
-                                 : "";
-    return pando::client::run_status(pando::client::socket_path(socket), root);
-  }
-  if (command == "selftest") {
-    const auto options =
-        parse_options(rest, {"--role", "--project-root", "--socket"}, {"--json"}, error);
-    if (!options) return usage_error(error);
-    pando::client::SelftestOptions selftest;
-    if (options->count("--role") == 0) {
-      selftest.roles = {"core", "workspace"};
-    } else if (options->at("--role") == "core" || options->at("--role") == "workspace") {
-      selftest.roles = {options->at("--role")};
-    } else {
-      return usage_error("--role must be core or workspace");
-    }
-    if (options->count("--project-root") != 0) {
-      selftest.project_root = resolved_project_root(options->at("--project-root"));
-    }
-    selftest.json = options->count("--json") != 0;
-    std::optional<std::string> socket;
-    if (options->count("--socket") != 0) socket = options->at("--socket");
-    selftest.socket = pando::client::socket_path(socket);
-    return pando::client::run_selftest(selftest);
-  }
-  if (command == "setup-users") {
-    const auto options = parse_options(rest, {"--core-user", "--workspace-user"}, {}, error);
-    if (!options) return usage_error(error);
-    pando::client::SetupUsersOptions setup;
-    if (options->count("--core-user") != 0) setup.core_user = options->at("--core-user");
-    if (options->count("--workspace-user") != 0) {
-      setup.workspace_user = options->at("--workspace-user");
-    }
-    return pando::client::run_setup_users(setup, std::cout, std::cerr);
-  }
-  return usage_error("unknown command " + command);
+  return usage_error("unknown command " + args[1]);
 }

@@ -13,16 +13,18 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
-#include <stdexcept>
 #include <vector>
 
 #include "common/accounts.h"
+#include "proto/error.h"
 #endif
 
 namespace pando::client {
 
 #ifdef __linux__
 namespace {
+
+using pando::helper::v1::ERROR_INTERNAL;
 
 constexpr const char* kUseradd = "/usr/sbin/useradd";
 constexpr const char* kUsermod = "/usr/sbin/usermod";
@@ -159,9 +161,9 @@ struct Role {
   const char* label;
 };
 
-int setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostream& err) {
-  const std::array<Role, 2> roles = {Role{options.core_user, "core"},
-                                     Role{options.workspace_user, "workspace"}};
+// The command line's names: 0 when usable, else 2 with the reason on `err`.
+int check_options(const SetupUsersOptions& options, const std::array<Role, 2>& roles,
+                  std::ostream& err) {
   for (const Role& role : roles) {
     if (!valid_name(role.user)) {
       err << "invalid user name '" << role.user << "' (lowercase letters, digits, '_', '-')\n";
@@ -180,9 +182,14 @@ int setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostrea
     err << "security setup-users must run as root (it creates system users)\n";
     return 2;
   }
+  return 0;
+}
 
-  const AccountFiles files;
-  const IdRange uids = read_system_range("SYS_UID_MIN", "SYS_UID_MAX");
+// Which role users are missing; nullopt when an existing account (or a lone
+// group of a missing user's name) is refused, each reason on `err`.
+std::optional<std::array<bool, 2>> find_missing(const std::array<Role, 2>& roles,
+                                                const AccountFiles& files, const IdRange& uids,
+                                                std::ostream& err) {
   std::array<bool, 2> missing{};
   bool refused = false;
   for (size_t i = 0; i < roles.size(); ++i) {
@@ -204,47 +211,67 @@ int setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostrea
       refused = true;
     }
   }
-  if (refused) return 1;
+  if (refused) return std::nullopt;
+  return missing;
+}
 
-  if (options.create_group) {
-    if (detail::local_group_exists(files, options.group)) {
-      out << options.group << ": group already exists, unchanged\n";
-    } else {
-      const int status = run_tool(kGroupadd, {"--system", options.group}, out, err);
-      if (status == kNameInUse) explain_name_in_use(options.group, files.group, err);
-      if (status != 0) return 1;
-      out << options.group << ": system group created\n";
-    }
+int create_group(const std::string& group, const AccountFiles& files, std::ostream& out,
+                 std::ostream& err) {
+  if (detail::local_group_exists(files, group)) {
+    out << group << ": group already exists, unchanged\n";
+    return 0;
   }
+  const int status = run_tool(kGroupadd, {"--system", group}, out, err);
+  if (status == kNameInUse) explain_name_in_use(group, files.group, err);
+  if (status != 0) return 1;
+  out << group << ": system group created\n";
+  return 0;
+}
 
+// Creates the role's user, locks it, and checks the result as an existing one would be.
+int create_user(const Role& role, const AccountFiles& files, const IdRange& uids, std::ostream& out,
+                std::ostream& err) {
+  const std::string& name = role.user;
+  const std::string comment = std::string("Pando ") + role.label + " role";
+  const int status = run_tool(kUseradd,
+                              {"--system", "--user-group", "--no-create-home", "--home-dir",
+                               kNoHome, "--shell", kNoLoginShell, "--comment", comment, name},
+                              out, err);
+  if (status == kNameInUse) explain_name_in_use(name, files.passwd + " or " + files.group, err);
+  if (status != 0) return 1;
+  std::optional<Account> account = detail::find_local_user(files, name);
+  if (account && !locked(account->shadow ? *account->shadow : account->passwd)) {
+    if (run_tool(kUsermod, {"--lock", name}, out, err) != 0) return 1;
+    account = detail::find_local_user(files, name);
+  }
+  if (!account) {
+    err << name << ": useradd succeeded but the user cannot be found\n";
+    return 1;
+  }
+  const std::vector<std::string> problems = problems_of(*account, uids);
+  if (!problems.empty()) {
+    err << name << ": created, but it has " << join(problems) << "\n";
+    return 1;
+  }
+  out << name << ": created system user (uid " << account->uid << ")\n";
+  return 0;
+}
+
+int setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostream& err) {
+  const std::array<Role, 2> roles = {Role{options.core_user, "core"},
+                                     Role{options.workspace_user, "workspace"}};
+  if (const int status = check_options(options, roles, err); status != 0) return status;
+  const AccountFiles files;
+  const IdRange uids = read_system_range("SYS_UID_MIN", "SYS_UID_MAX");
+  const std::optional<std::array<bool, 2>> missing = find_missing(roles, files, uids, err);
+  if (!missing) return 1;
+  if (options.create_group && create_group(options.group, files, out, err) != 0) return 1;
   for (size_t i = 0; i < roles.size(); ++i) {
-    const std::string& name = roles[i].user;
-    if (!missing[i]) {
-      out << name << ": already set up, unchanged\n";
+    if (!(*missing)[i]) {
+      out << roles[i].user << ": already set up, unchanged\n";
       continue;
     }
-    const std::string comment = std::string("Pando ") + roles[i].label + " role";
-    const int status = run_tool(kUseradd,
-                                {"--system", "--user-group", "--no-create-home", "--home-dir",
-                                 kNoHome, "--shell", kNoLoginShell, "--comment", comment, name},
-                                out, err);
-    if (status == kNameInUse) explain_name_in_use(name, files.passwd + " or " + files.group, err);
-    if (status != 0) return 1;
-    std::optional<Account> account = detail::find_local_user(files, name);
-    if (account && !locked(account->shadow ? *account->shadow : account->passwd)) {
-      if (run_tool(kUsermod, {"--lock", name}, out, err) != 0) return 1;
-      account = detail::find_local_user(files, name);
-    }
-    if (!account) {
-      err << name << ": useradd succeeded but the user cannot be found\n";
-      return 1;
-    }
-    const std::vector<std::string> problems = problems_of(*account, uids);
-    if (!problems.empty()) {
-      err << name << ": created, but it has " << join(problems) << "\n";
-      return 1;
-    }
-    out << name << ": created system user (uid " << account->uid << ")\n";
+    if (create_user(roles[i], files, uids, out, err) != 0) return 1;
   }
   return 0;
 }
@@ -259,7 +286,7 @@ namespace detail {
 // name is not a local system user, and must not be taken for one.
 std::optional<LocalAccount> find_local_user(const AccountFiles& files, const std::string& name) {
   const std::optional<std::string> passwd = accounts::read_account_file(files.passwd);
-  if (!passwd) throw std::runtime_error(files.passwd + ": " + std::strerror(ENOENT));
+  if (!passwd) throw Error(ERROR_INTERNAL, files.passwd + ": " + std::strerror(ENOENT));
   const std::optional<accounts::User> user = accounts::find_user_by_name(*passwd, name);
   if (!user) return std::nullopt;
   LocalAccount account{user->uid, user->shell, user->home, user->password, std::nullopt};
@@ -271,7 +298,7 @@ std::optional<LocalAccount> find_local_user(const AccountFiles& files, const std
 
 bool local_group_exists(const AccountFiles& files, const std::string& name) {
   const std::optional<std::string> group = accounts::read_account_file(files.group);
-  if (!group) throw std::runtime_error(files.group + ": " + std::strerror(ENOENT));
+  if (!group) throw Error(ERROR_INTERNAL, files.group + ": " + std::strerror(ENOENT));
   return accounts::find_group_by_name(*group, name).has_value();
 }
 
@@ -280,7 +307,7 @@ bool local_group_exists(const AccountFiles& files, const std::string& name) {
 int run_setup_users(const SetupUsersOptions& options, std::ostream& out, std::ostream& err) {
   try {
     return setup_users(options, out, err);
-  } catch (const std::exception& e) {
+  } catch (const Error& e) {
     err << e.what() << "\n";
     return 1;
   }

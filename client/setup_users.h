@@ -47,7 +47,7 @@ struct LocalAccount {
 // The first well-formed entry for `name` in files.passwd, with its password
 // field from files.shadow when that file has an entry for it (a missing shadow
 // file counts as no entry). Lines that do not parse, and NIS '+'/'-' lines, are
-// skipped. Throws std::runtime_error when a file exists but cannot be read.
+// skipped. Throws pando::Error when a file is missing or cannot be read.
 std::optional<LocalAccount> find_local_user(const AccountFiles& files, const std::string& name);
 
 // Whether files.group has a well-formed entry named `name`. Throws like

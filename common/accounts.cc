@@ -9,18 +9,18 @@
 
 #include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <limits>
-#include <stdexcept>
-#include <system_error>
 #include <utility>
 
 #include "common/json_log.h"
 #include "common/unique_fd.h"
+#include "proto/error.h"
 
 namespace pando::accounts {
 
 namespace {
+
+using pando::helper::v1::ERROR_INTERNAL;
 
 // More than any real entry (a group with thousands of members is far less);
 // an answer beyond it is not read to its end.
@@ -89,7 +89,7 @@ std::optional<Group> to_group(const std::optional<Fields>& fields) {
 std::string read_or_empty(const std::string& path) {
   try {
     return read_account_file(path).value_or("");
-  } catch (const std::exception&) {
+  } catch (const Error&) {
     return "";
   }
 }
@@ -103,31 +103,8 @@ void warn_failed(std::string_view database, std::string_view key, std::string_vi
   log::warn("account_lookup_failed", {{"database", database}, {"key", key}, {"reason", reason}});
 }
 
-[[noreturn]] void fail(const char* what) {
-  throw std::system_error(errno, std::generic_category(), what);
-}
-
-struct SpawnActions {
-  posix_spawn_file_actions_t actions;
-  SpawnActions() {
-    if (const int err = posix_spawn_file_actions_init(&actions); err != 0) {
-      errno = err;
-      fail("posix_spawn_file_actions_init");
-    }
-  }
-  ~SpawnActions() { posix_spawn_file_actions_destroy(&actions); }
-};
-
-struct SpawnAttributes {
-  posix_spawnattr_t attributes;
-  SpawnAttributes() {
-    if (const int err = posix_spawnattr_init(&attributes); err != 0) {
-      errno = err;
-      fail("posix_spawnattr_init");
-    }
-  }
-  ~SpawnAttributes() { posix_spawnattr_destroy(&attributes); }
-};
+// A system call that failed around getent: the host's, not the caller's.
+[[noreturn]] void fail(const char* what) { throw_errno(what, ERROR_INTERNAL); }
 
 void check_spawn(int err, const char* what) {
   if (err != 0) {
@@ -135,6 +112,24 @@ void check_spawn(int err, const char* what) {
     fail(what);
   }
 }
+
+// A posix_spawn attributes object, destroyed with its scope.
+template <typename T, int (*init)(T*), int (*destroy)(T*)>
+class SpawnObject {
+ public:
+  explicit SpawnObject(const char* what) { check_spawn(init(&object_), what); }
+  ~SpawnObject() { destroy(&object_); }
+  SpawnObject(const SpawnObject&) = delete;
+  SpawnObject& operator=(const SpawnObject&) = delete;
+  T* get() { return &object_; }
+
+ private:
+  T object_;
+};
+using SpawnActions = SpawnObject<posix_spawn_file_actions_t, posix_spawn_file_actions_init,
+                                 posix_spawn_file_actions_destroy>;
+using SpawnAttributes =
+    SpawnObject<posix_spawnattr_t, posix_spawnattr_init, posix_spawnattr_destroy>;
 
 // Reads the child's stdout until EOF, the deadline or the size cap. True on
 // EOF.
@@ -158,57 +153,63 @@ bool read_until_eof(int fd, std::chrono::steady_clock::time_point deadline, std:
   }
 }
 
-// `getent DATABASE -- KEY`: its output when it exits 0 within the timeout,
-// nullopt otherwise (2 is "not found"). The daemon spawns it: posix_spawn's
-// child runs no code of ours between fork and exec.
-std::optional<std::string> run_getent(const Sources& sources, const char* database,
-                                      const std::string& key) {
-  const std::string* getent = nullptr;
+// The first getent(1) of `sources` that exists.
+const std::string* find_getent(const Sources& sources) {
   for (const std::string& path : sources.getent) {
-    if (access(path.c_str(), X_OK) == 0) {
-      getent = &path;
-      break;
-    }
+    if (access(path.c_str(), X_OK) == 0) return &path;
   }
-  if (getent == nullptr) return std::nullopt;
+  return nullptr;
+}
 
-  int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) fail("pipe2");
-  UniqueFd read_end(pipe_fds[0]);
-  UniqueFd write_end(pipe_fds[1]);
-
-  SpawnActions actions;
-  check_spawn(posix_spawn_file_actions_addopen(&actions.actions, 0, "/dev/null", O_RDONLY, 0),
+// Starts `getent DATABASE -- KEY` with `stdout_fd` as its stdout, /dev/null as
+// its stdin and stderr, no other fd, default signals and an empty environment.
+// posix_spawn's child runs no code of ours between fork and exec.
+pid_t spawn_getent(const std::string& getent, const char* database, const std::string& key,
+                   int stdout_fd) {
+  SpawnActions actions("posix_spawn_file_actions_init");
+  check_spawn(posix_spawn_file_actions_addopen(actions.get(), 0, "/dev/null", O_RDONLY, 0),
               "posix_spawn_file_actions_addopen");
-  check_spawn(posix_spawn_file_actions_adddup2(&actions.actions, write_end.get(), 1),
+  check_spawn(posix_spawn_file_actions_adddup2(actions.get(), stdout_fd, 1),
               "posix_spawn_file_actions_adddup2");
-  check_spawn(posix_spawn_file_actions_addopen(&actions.actions, 2, "/dev/null", O_WRONLY, 0),
+  check_spawn(posix_spawn_file_actions_addopen(actions.get(), 2, "/dev/null", O_WRONLY, 0),
               "posix_spawn_file_actions_addopen");
   // A socket-activation fd, for one, is not close-on-exec.
-  check_spawn(posix_spawn_file_actions_addclosefrom_np(&actions.actions, 3),
+  check_spawn(posix_spawn_file_actions_addclosefrom_np(actions.get(), 3),
               "posix_spawn_file_actions_addclosefrom_np");
-  SpawnAttributes attributes;
+  SpawnAttributes attributes("posix_spawnattr_init");
   sigset_t none, all;
   sigemptyset(&none);
   sigfillset(&all);
-  check_spawn(posix_spawnattr_setsigmask(&attributes.attributes, &none),
-              "posix_spawnattr_setsigmask");
-  check_spawn(posix_spawnattr_setsigdefault(&attributes.attributes, &all),
+  check_spawn(posix_spawnattr_setsigmask(attributes.get(), &none), "posix_spawnattr_setsigmask");
+  check_spawn(posix_spawnattr_setsigdefault(attributes.get(), &all),
               "posix_spawnattr_setsigdefault");
-  check_spawn(posix_spawnattr_setflags(&attributes.attributes,
-                                       POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF),
-              "posix_spawnattr_setflags");
+  check_spawn(
+      posix_spawnattr_setflags(attributes.get(), POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF),
+      "posix_spawnattr_setflags");
 
   std::string database_arg = database;
   std::string separator = "--";
   std::string key_arg = key;
-  char* argv[] = {const_cast<char*>(getent->c_str()), database_arg.data(), separator.data(),
+  char* argv[] = {const_cast<char*>(getent.c_str()), database_arg.data(), separator.data(),
                   key_arg.data(), nullptr};
   char* envp[] = {nullptr};
   pid_t pid = -1;
-  check_spawn(
-      posix_spawn(&pid, getent->c_str(), &actions.actions, &attributes.attributes, argv, envp),
-      "posix_spawn getent");
+  check_spawn(posix_spawn(&pid, getent.c_str(), actions.get(), attributes.get(), argv, envp),
+              "posix_spawn getent");
+  return pid;
+}
+
+// `getent DATABASE -- KEY`: its output when it exits 0 within the timeout,
+// nullopt otherwise (2 is "not found").
+std::optional<std::string> run_getent(const Sources& sources, const char* database,
+                                      const std::string& key) {
+  const std::string* getent = find_getent(sources);
+  if (getent == nullptr) return std::nullopt;
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) fail("pipe2");
+  UniqueFd read_end(pipe_fds[0]);
+  UniqueFd write_end(pipe_fds[1]);
+  const pid_t pid = spawn_getent(*getent, database, key, write_end.get());
   write_end.reset();
 
   std::string output;
@@ -241,7 +242,7 @@ auto local_then_getent(const std::string& file, const char* database, const std:
     if (const std::optional<std::string> answer = run_getent(sources, database, key)) {
       return find(*answer);
     }
-  } catch (const std::exception& e) {
+  } catch (const Error& e) {
     warn_failed(database, key, e.what());
   }
   return std::nullopt;
@@ -285,14 +286,14 @@ std::optional<std::string> read_account_file(const std::string& path) {
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
     if (errno == ENOENT) return std::nullopt;
-    throw std::runtime_error(path + ": " + std::strerror(errno));
+    throw_errno(path, ERROR_INTERNAL);
   }
   std::string contents;
   char chunk[16384];
   for (;;) {
     const ssize_t got = read(fd.get(), chunk, sizeof chunk);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw std::runtime_error(path + ": " + std::strerror(errno));
+    if (got < 0) throw_errno(path, ERROR_INTERNAL);
     if (got == 0) return contents;
     contents.append(chunk, static_cast<size_t>(got));
   }

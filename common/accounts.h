@@ -43,8 +43,8 @@ std::optional<Group> find_group_by_id(std::string_view group, gid_t gid);
 // must not hide a usable password.
 std::optional<std::string> find_shadow_password(std::string_view shadow, std::string_view name);
 
-// The whole file, or nullopt when it does not exist. Throws
-// std::runtime_error when it exists but cannot be read.
+// The whole file, or nullopt when it does not exist. Throws pando::Error
+// (ERROR_INTERNAL) when it exists but cannot be read.
 std::optional<std::string> read_account_file(const std::string& path);
 
 struct Sources {

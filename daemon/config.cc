@@ -12,6 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/unique_fd.h"
+#include "daemon/sandbox/process_state.h"
+#include "proto/error.h"
 #include "proto/request_validation.h"
 
 namespace pando::daemon {
@@ -21,6 +24,7 @@ namespace {
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::TextFormat;
+using pando::helper::v1::ERROR_CONFIG_INVALID;
 
 constexpr int kMaxRuntimePaths = 32;
 constexpr int kMaxReadOnlyPaths = 64;
@@ -70,9 +74,10 @@ class Checker {
     for (const auto& part : field_path) name += (name.empty() ? "" : ".") + part;
     if (index >= 0) name += fmt::format("[{}]", index);
     if (line >= 0) {
-      throw ConfigError(fmt::format("{}:{}: {}: {}", origin_, line + 1, name, message));
+      throw Error(ERROR_CONFIG_INVALID,
+                  fmt::format("{}:{}: {}: {}", origin_, line + 1, name, message));
     }
-    throw ConfigError(fmt::format("{}: {}: {}", origin_, name, message));
+    throw Error(ERROR_CONFIG_INVALID, fmt::format("{}: {}: {}", origin_, name, message));
   }
 
  private:
@@ -142,24 +147,29 @@ void check_roots_alone(const Checker& checker, const std::vector<std::string>& f
   }
 }
 
-void check_role(const Checker& checker, const std::string& name, RoleConfig* role) {
-  if (role->user().empty()) checker.fail({name, "user"}, -1, "must name the role's user");
-  if (role->argv().empty()) checker.fail({name, "argv"}, -1, "must give the command to run");
-  if (!is_absolute_normalized(role->argv(0))) {
+// The command a role runs and the host paths its view holds: root's alone.
+void check_role_command(const Checker& checker, const std::string& name, const RoleConfig& role) {
+  if (role.user().empty()) checker.fail({name, "user"}, -1, "must name the role's user");
+  if (role.argv().empty()) checker.fail({name, "argv"}, -1, "must give the command to run");
+  if (!is_absolute_normalized(role.argv(0))) {
     checker.fail({name, "argv"}, 0, "the program must be an absolute, normalized path");
   }
-  check_roots_alone(checker, {name, "argv"}, 0, role->argv(0));
+  check_roots_alone(checker, {name, "argv"}, 0, role.argv(0));
   // Each runtime path travels to the launcher as one fd of the plan message.
-  if (role->runtime_paths_size() > kMaxRuntimePaths) {
+  if (role.runtime_paths_size() > kMaxRuntimePaths) {
     checker.fail({name, "runtime_paths"}, -1,
                  "at most " + std::to_string(kMaxRuntimePaths) + " runtime paths");
   }
-  for (int i = 0; i < role->runtime_paths_size(); ++i) {
-    if (!is_absolute_normalized(role->runtime_paths(i))) {
+  for (int i = 0; i < role.runtime_paths_size(); ++i) {
+    if (!is_absolute_normalized(role.runtime_paths(i))) {
       checker.fail({name, "runtime_paths"}, i, "must be an absolute, normalized path");
     }
-    check_roots_alone(checker, {name, "runtime_paths"}, i, role->runtime_paths(i));
+    check_roots_alone(checker, {name, "runtime_paths"}, i, role.runtime_paths(i));
   }
+}
+
+// What the role sees of the project: hidden files, read-only paths, how far the scan goes.
+void check_role_project(const Checker& checker, const std::string& name, RoleConfig* role) {
   for (int i = 0; i < role->hidden_files_size(); ++i) {
     const std::string& pattern = role->hidden_files(i);
     if (pattern.empty() || pattern.find('/') != std::string::npos) {
@@ -189,6 +199,10 @@ void check_role(const Checker& checker, const std::string& name, RoleConfig* rol
   if (role->project_scan_max_depth() < 1) {
     checker.fail({name, "project_scan_max_depth"}, -1, "must be at least 1");
   }
+}
+
+// The session's locale and limits.
+void check_role_session(const Checker& checker, const std::string& name, RoleConfig* role) {
   if (!role->has_locale()) role->set_locale("C.UTF-8");
   if (role->locale().find_first_of("\n\0=", 0, 3) != std::string::npos) {
     checker.fail({name, "locale"}, -1, "must not contain '=', NUL or newlines");
@@ -198,8 +212,8 @@ void check_role(const Checker& checker, const std::string& name, RoleConfig* rol
   if (!limits->has_swap_max_bytes()) limits->set_swap_max_bytes(0);
   if (!limits->has_pids_max()) limits->set_pids_max(512);
   if (!limits->has_cpu_max_percent()) limits->set_cpu_max_percent(200);
-  if (!limits->has_rlimit_nofile()) limits->set_rlimit_nofile(4096);
-  if (!limits->has_rlimit_core()) limits->set_rlimit_core(0);
+  if (!limits->has_rlimit_nofile()) limits->set_rlimit_nofile(sandbox::kDefaultRlimitNofile);
+  if (!limits->has_rlimit_core()) limits->set_rlimit_core(sandbox::kDefaultRlimitCore);
   if (limits->memory_max_bytes() < (16ULL << 20)) {
     checker.fail({name, "limits", "memory_max_bytes"}, -1, "must be at least 16 MiB");
   }
@@ -212,20 +226,14 @@ void check_role(const Checker& checker, const std::string& name, RoleConfig* rol
   }
 }
 
-}  // namespace
+void check_role(const Checker& checker, const std::string& name, RoleConfig* role) {
+  check_role_command(checker, name, *role);
+  check_role_project(checker, name, role);
+  check_role_session(checker, name, role);
+}
 
-DaemonConfig parse_config(const std::string& text, const std::string& origin) {
-  DaemonConfig config;
-  TextFormat::Parser parser;
-  CollectErrors errors(origin);
-  TextFormat::ParseInfoTree tree;
-  parser.RecordErrorsTo(&errors);
-  parser.WriteLocationsTo(&tree);
-  if (!parser.ParseFromString(text, &config)) {
-    throw ConfigError(errors.first().empty() ? origin + ": does not parse" : errors.first());
-  }
-  const Checker checker(origin, tree);
-
+// The daemon's own settings: its socket, how much it takes on, its log.
+void check_daemon_settings(const Checker& checker, DaemonConfig& config) {
   if (!config.has_socket_path()) config.set_socket_path(kDefaultSocketPath);
   if (!is_absolute_normalized(config.socket_path())) {
     checker.fail({"socket_path"}, -1, "must be an absolute, normalized path");
@@ -259,17 +267,10 @@ DaemonConfig parse_config(const std::string& text, const std::string& origin) {
   if (config.has_log_file() && !is_absolute_normalized(config.log_file())) {
     checker.fail({"log_file"}, -1, "must be an absolute, normalized path");
   }
-  if (!config.has_sandbox_helper_path())
-    config.set_sandbox_helper_path(PANDO_DEFAULT_SANDBOX_HELPER);
-  if (!is_absolute_normalized(config.sandbox_helper_path())) {
-    checker.fail({"sandbox_helper_path"}, -1, "must be an absolute, normalized path");
-  }
-  check_roots_alone(checker, {"sandbox_helper_path"}, -1, config.sandbox_helper_path());
-  if (!config.has_core()) checker.fail({"core"}, -1, "the core role must be configured");
-  if (!config.has_workspace())
-    checker.fail({"workspace"}, -1, "the workspace role must be configured");
-  check_role(checker, "core", config.mutable_core());
-  check_role(checker, "workspace", config.mutable_workspace());
+}
+
+// The session cgroups' parent and the limits on all of one caller's sessions together.
+void check_cgroup_settings(const Checker& checker, DaemonConfig& config) {
   auto* cgroups = config.mutable_cgroups();
   if (!cgroups->has_parent()) cgroups->set_parent("pando-helper");
   const std::string& parent = cgroups->parent();
@@ -297,25 +298,57 @@ DaemonConfig parse_config(const std::string& text, const std::string& origin) {
   at_least("pids_max", caller->pids_max(), core.pids_max(), workspace.pids_max());
   at_least("cpu_max_percent", caller->cpu_max_percent(), core.cpu_max_percent(),
            workspace.cpu_max_percent());
+}
+
+}  // namespace
+
+DaemonConfig parse_config(const std::string& text, const std::string& origin) {
+  DaemonConfig config;
+  TextFormat::Parser parser;
+  CollectErrors errors(origin);
+  TextFormat::ParseInfoTree tree;
+  parser.RecordErrorsTo(&errors);
+  parser.WriteLocationsTo(&tree);
+  if (!parser.ParseFromString(text, &config)) {
+    throw Error(ERROR_CONFIG_INVALID,
+                errors.first().empty() ? origin + ": does not parse" : errors.first());
+  }
+  const Checker checker(origin, tree);
+  check_daemon_settings(checker, config);
+  if (!config.has_sandbox_helper_path())
+    config.set_sandbox_helper_path(PANDO_DEFAULT_SANDBOX_HELPER);
+  if (!is_absolute_normalized(config.sandbox_helper_path())) {
+    checker.fail({"sandbox_helper_path"}, -1, "must be an absolute, normalized path");
+  }
+  check_roots_alone(checker, {"sandbox_helper_path"}, -1, config.sandbox_helper_path());
+  if (!config.has_core()) checker.fail({"core"}, -1, "the core role must be configured");
+  if (!config.has_workspace())
+    checker.fail({"workspace"}, -1, "the workspace role must be configured");
+  check_role(checker, "core", config.mutable_core());
+  check_role(checker, "workspace", config.mutable_workspace());
+  check_cgroup_settings(checker, config);
   return config;
 }
 
 DaemonConfig load_config(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) throw ConfigError(path + ": cannot be opened: " + std::strerror(errno));
+  const UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) throw_errno(path + ": cannot be opened", ERROR_CONFIG_INVALID);
   struct stat st {};
-  std::string text;
-  const bool stat_ok = fstat(fd, &st) == 0;
-  if (stat_ok && S_ISREG(st.st_mode)) {
-    char buffer[65536];
-    ssize_t n;
-    while ((n = read(fd, buffer, sizeof(buffer))) > 0) text.append(buffer, static_cast<size_t>(n));
+  if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    throw Error(ERROR_CONFIG_INVALID, path + ": not a regular file");
   }
-  close(fd);
-  if (!stat_ok || !S_ISREG(st.st_mode)) throw ConfigError(path + ": not a regular file");
   // The config names what runs as the role users: only root may write it.
   if (geteuid() == 0 && (st.st_uid != 0 || (st.st_mode & 022) != 0)) {
-    throw ConfigError(path + ": must be owned by root and writable only by root");
+    throw Error(ERROR_CONFIG_INVALID, path + ": must be owned by root and writable only by root");
+  }
+  std::string text;
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = read(fd.get(), buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno(path + ": cannot be read", ERROR_CONFIG_INVALID);
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
   }
   return parse_config(text, path);
 }

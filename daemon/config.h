@@ -18,15 +18,11 @@ inline constexpr unsigned kMaxPending = 256;
 inline constexpr unsigned kMaxPendingPerUid = kMaxPending / 4;
 
 // Parses the protobuf text config at `path`, fills in defaults, and validates
-// it. Throws ConfigError whose message names the file, line and field.
+// it. Throws pando::Error (ERROR_CONFIG_INVALID) whose message names the file,
+// line and field.
 DaemonConfig load_config(const std::string& path);
 
 // Same, from text (for tests). `origin` names the source in messages.
 DaemonConfig parse_config(const std::string& text, const std::string& origin);
-
-class ConfigError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 }  // namespace pando::daemon

@@ -20,8 +20,10 @@
 #include "common/json_log.h"
 #include "daemon/sandbox/landlock.h"
 #include "daemon/sandbox/mounts.h"
+#include "daemon/sandbox/seccomp.h"
 #include "daemon/service_manager.h"
 #include "daemon/session.h"
+#include "proto/error.h"
 
 namespace pando::daemon {
 
@@ -116,6 +118,53 @@ void Daemon::open_launcher() {
   }
 }
 
+namespace {
+
+// The directory of the daemon's socket path; throws when the path cannot name a socket.
+std::string socket_dir_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) {
+    throw Error(v1::ERROR_INTERNAL, "socket path " + path + " must be inside a directory");
+  }
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    throw Error(v1::ERROR_INTERNAL, "socket path " + path + " is too long");
+  }
+  return path.substr(0, slash);
+}
+
+// What is at the socket path already is replaced only when it is a socket nobody answers on.
+void check_replaceable(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return;
+  if (!S_ISSOCK(st.st_mode)) {
+    throw Error(v1::ERROR_INTERNAL, path + " exists and is not a socket; not replacing it");
+  }
+  if (daemon_answers(path)) {
+    throw Error(v1::ERROR_INTERNAL, "another daemon already answers on " + path);
+  }
+  log::info("stale_socket_replaced", {{"path", path}});
+}
+
+// Root's group, or the configured socket_group.
+gid_t socket_group_of(const DaemonConfig& config) {
+  if (!config.has_socket_group() || config.socket_group().empty()) return 0;
+  const std::optional<accounts::Group> found = accounts::group_by_name(config.socket_group());
+  if (!found) {
+    throw Error(v1::ERROR_INTERNAL, "socket_group " + config.socket_group() + " does not exist");
+  }
+  return found->gid;
+}
+
+// Undoes the temporary socket file after `what` failed, keeping what's errno.
+[[noreturn]] void remove_and_fail(const std::string& temp, const std::string& what) {
+  const int err = errno;
+  unlink(temp.c_str());
+  errno = err;
+  throw_errno(what, v1::ERROR_INTERNAL);
+}
+
+}  // namespace
+
 void Daemon::set_up_socket() {
   if (auto fd = take_socket_activation_fd()) {
     socket_activated_ = true;
@@ -124,25 +173,9 @@ void Daemon::set_up_socket() {
     return;
   }
   socket_path_ = options_.socket_override.value_or(config_.socket_path());
-  const auto slash = socket_path_.rfind('/');
-  if (slash == std::string::npos || slash == 0) {
-    throw std::runtime_error("socket path " + socket_path_ + " must be inside a directory");
-  }
-  if (socket_path_.size() >= sizeof(sockaddr_un::sun_path)) {
-    throw std::runtime_error("socket path " + socket_path_ + " is too long");
-  }
-  ensure_socket_dir(socket_path_.substr(0, slash));
-
-  struct stat st {};
-  if (lstat(socket_path_.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      throw std::runtime_error(socket_path_ + " exists and is not a socket; not replacing it");
-    }
-    if (daemon_answers(socket_path_)) {
-      throw std::runtime_error("another daemon already answers on " + socket_path_);
-    }
-    log::info("stale_socket_replaced", {{"path", socket_path_}});
-  }
+  ensure_socket_dir(socket_dir_of(socket_path_));
+  check_replaceable(socket_path_);
+  const gid_t group = socket_group_of(config_);
   // Bind under a temporary name with the final mode and group, then rename()
   // over the final path: clients never see a socket with the wrong mode, and a
   // stale file is replaced atomically.
@@ -154,27 +187,12 @@ void Daemon::set_up_socket() {
   boost::system::error_code ec;
   acceptor.bind(Protocol::endpoint(temp), ec);
   umask(old_umask);
-  if (ec) throw std::runtime_error("bind " + temp + ": " + ec.message());
-  gid_t group = 0;
-  if (config_.has_socket_group() && !config_.socket_group().empty()) {
-    const std::optional<accounts::Group> found = accounts::group_by_name(config_.socket_group());
-    if (!found) {
-      unlink(temp.c_str());
-      throw std::runtime_error("socket_group " + config_.socket_group() + " does not exist");
-    }
-    group = found->gid;
-  }
+  if (ec) throw Error(v1::ERROR_INTERNAL, "bind " + temp + ": " + ec.message());
   if (chown(temp.c_str(), 0, group) != 0 || chmod(temp.c_str(), config_.socket_mode()) != 0) {
-    const int err = errno;
-    unlink(temp.c_str());
-    errno = err;
-    fail("chmod/chown " + temp);
+    remove_and_fail(temp, "chmod/chown " + temp);
   }
   if (rename(temp.c_str(), socket_path_.c_str()) != 0) {
-    const int err = errno;
-    unlink(temp.c_str());
-    errno = err;
-    fail("rename onto " + socket_path_);
+    remove_and_fail(temp, "rename onto " + socket_path_);
   }
   owns_socket_file_ = true;
   acceptor.listen(SOMAXCONN);
@@ -529,7 +547,7 @@ v1::Status Daemon::status() const {
     layer->set_detail(detail);
   };
   add("namespaces", true, "mount, pid, net, ipc, uts, cgroup (new for every session)");
-  add("seccomp", true, "deny-list filter, non-native ABIs killed");
+  add("seccomp", true, sandbox::seccomp_status_detail());
   const int abi = sandbox::landlock_abi_version();
   add("landlock", abi > 0, sandbox::landlock_status_detail());
   add("cgroups", cgroups_->mode() != CgroupMode::kNone, cgroups_->detail());

@@ -11,8 +11,12 @@
 #include "common/json_log.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "proto/error.h"
 
 namespace {
+
+// sysexits.h's EX_CONFIG: systemd's unit does not restart the daemon on it.
+constexpr int kExitConfig = 78;
 
 constexpr const char* kUsage =
     "usage: pando-helperd --config FILE [--socket PATH] [--foreground]\n"
@@ -27,12 +31,38 @@ constexpr const char* kUsage =
 int check_config(const std::string& path) {
   try {
     pando::daemon::load_config(path);
-  } catch (const std::exception& e) {
+  } catch (const pando::Error& e) {
     std::cerr << "pando-helperd: invalid config: " << e.what() << "\n";
-    return 78;
+    return kExitConfig;
   }
   std::cout << "pando-helperd: " << path << ": config OK\n";
   return 0;
+}
+
+// The daemon's one boundary: each failure to start becomes its exit status.
+int start(pando::daemon::DaemonOptions options) {
+  pando::daemon::DaemonConfig config;
+  try {
+    config = pando::daemon::load_config(options.config_path);
+  } catch (const pando::Error& e) {
+    std::cerr << "pando-helperd: invalid config: " << e.what() << "\n";
+    return kExitConfig;
+  }
+  try {
+    pando::log::init("security_helper_daemon", config.log_file(),
+                     spdlog::level::from_str(config.log_level()));
+  } catch (const std::exception& e) {  // spdlog's, for a log file it cannot open
+    std::cerr << "pando-helperd: cannot open log " << config.log_file() << ": " << e.what() << "\n";
+    return kExitConfig;
+  }
+  try {
+    pando::daemon::Daemon daemon(std::move(config), std::move(options));
+    return daemon.run();
+  } catch (const std::exception& e) {  // pando::Error, or asio's where it set up no handler
+    pando::log::error("start_failed", {{"error", std::string(e.what())}});
+    std::cerr << "pando-helperd: " << e.what() << "\n";
+    return 1;
+  }
 }
 
 }  // namespace
@@ -67,26 +97,5 @@ int main(int argc, char** argv) {
     std::cerr << "pando-helperd: must run as root\n";
     return 77;
   }
-  pando::daemon::DaemonConfig config;
-  try {
-    config = pando::daemon::load_config(options.config_path);
-  } catch (const std::exception& e) {
-    std::cerr << "pando-helperd: invalid config: " << e.what() << "\n";
-    return 78;
-  }
-  try {
-    pando::log::init("security_helper_daemon", config.log_file(),
-                     spdlog::level::from_str(config.log_level()));
-  } catch (const std::exception& e) {
-    std::cerr << "pando-helperd: cannot open log " << config.log_file() << ": " << e.what() << "\n";
-    return 78;
-  }
-  try {
-    pando::daemon::Daemon daemon(std::move(config), std::move(options));
-    return daemon.run();
-  } catch (const std::exception& e) {
-    pando::log::error("start_failed", {{"error", std::string(e.what())}});
-    std::cerr << "pando-helperd: " << e.what() << "\n";
-    return 1;
-  }
+  return start(std::move(options));
 }

@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config clang
   libboost-dev libcap-dev libprotobuf-dev protobuf-compiler libspdlog-dev libfmt-dev
   libseccomp-dev libgtest-dev googletest
+  cloc universal-ctags
   passwd util-linux procps coreutils iproute2 git python3
   bubblewrap
   dpkg-dev debhelper fakeroot lintian rpm systemd libxml2-utils

@@ -25,7 +25,7 @@ sigset_t init_signals() {
   return set;
 }
 
-[[noreturn]] void report_and_exit(int control_fd, int wait_status) {
+[[noreturn]] void report_and_exit(int control_fd, int wait_status) noexcept {
   pando::helper::sandbox::v1::SandboxEvent event;
   auto* exited = event.mutable_role_exited();
   if (WIFSIGNALED(wait_status)) {
@@ -41,12 +41,12 @@ sigset_t init_signals() {
 
 }  // namespace
 
-void block_init_signals() {
+void block_init_signals() noexcept {
   const sigset_t set = init_signals();
   sigprocmask(SIG_BLOCK, &set, nullptr);
 }
 
-void run_init(pid_t role_pid, int control_fd) {
+void run_init(pid_t role_pid, int control_fd) noexcept {
   const sigset_t set = init_signals();
   const int sfd = signalfd(-1, &set, SFD_CLOEXEC);
   if (sfd < 0) _exit(125);

@@ -10,9 +10,9 @@ namespace pando::sandbox {
 // `control_fd` and returns; the kernel then kills whatever is left in the
 // namespace. Expects those signals and SIGCHLD to be blocked already (they
 // are, from before the role was forked, so none is lost).
-[[noreturn]] void run_init(pid_t role_pid, int control_fd);
+[[noreturn]] void run_init(pid_t role_pid, int control_fd) noexcept;
 
 // The signals run_init() needs blocked before the role is forked.
-void block_init_signals();
+void block_init_signals() noexcept;
 
 }  // namespace pando::sandbox

@@ -246,9 +246,9 @@ int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan) {
   if (kernel_abi == 0) {
     if (plan.require_landlock()) {
       throw Error(ERROR_SANDBOX_UNSUPPORTED,
-                       "Landlock is required by the configuration but this kernel does not "
-                       "offer it (" +
-                           landlock_status_detail() + ")");
+                  "Landlock is required by the configuration but this kernel does not "
+                  "offer it (" +
+                      landlock_status_detail() + ")");
     }
     return 0;
   }

@@ -97,7 +97,7 @@ ReceivedPlan receive_plan() {
   const size_t expected = 5 + (plan.has_auth_home() ? 1 : 0) + plan.runtime_paths_size();
   if (fds.size() != expected) {
     throw pando::Error(v1::ERROR_LAUNCH_FAILED, "the daemon sent " + std::to_string(fds.size()) +
-                                                      " fds, not " + std::to_string(expected));
+                                                    " fds, not " + std::to_string(expected));
   }
   auto next = fds.begin();
   for (UniqueFd& fd : received.stdio) fd = std::move(*next++);
@@ -125,7 +125,7 @@ std::vector<char*> to_argv(google::protobuf::RepeatedPtrField<std::string>* item
 
 // Hands a pre-exec failure to init; the role's exit code 127 stands in when
 // even that fails.
-[[noreturn]] void fail_role(int error_fd, const std::string& line) {
+[[noreturn]] void fail_role(int error_fd, const std::string& line) noexcept {
   if (write(error_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(127);
   _exit(127);
 }
@@ -133,7 +133,8 @@ std::vector<char*> to_argv(google::protobuf::RepeatedPtrField<std::string>* item
 // The role process: credentials, process state, Landlock, seccomp, exec.
 // A failure is written to `error_fd` (close-on-exec, so a successful exec
 // leaves it empty) for init to report.
-[[noreturn]] void become_role(SandboxPlan& plan, const sb::SeccompProgram& seccomp, int error_fd) {
+[[noreturn]] void become_role(SandboxPlan& plan, const sb::SeccompProgram& seccomp,
+                              int error_fd) noexcept {
   try {
     sb::drop_to_role_user(plan.ids());
     if (chdir(plan.project_root().c_str()) != 0) pando::throw_errno("chdir to the project root");
@@ -177,7 +178,7 @@ struct RoleStart {
 // Not instrumented by AddressSanitizer (sanitizer builds only): its runtime
 // cannot follow the switch to a stack it did not allocate and would print a
 // warning into the role's stderr before the call to become_role().
-__attribute__((no_sanitize("address"))) int role_main(void* arg) {
+__attribute__((no_sanitize("address"))) int role_main(void* arg) noexcept {
   auto* start = static_cast<RoleStart*>(arg);
   close(start->error_pipe[0]);
   become_role(*start->plan, *start->seccomp, start->error_pipe[1]);
@@ -253,13 +254,12 @@ Prepared prepare_for_launchers() {
 // One session's launcher, PID 1 of its namespaces with its control socket on
 // fd 3 and /dev/null as fds 0-2. Everything up to receive_plan() depends on no
 // request: it runs ahead of time and then waits for the plan.
-[[noreturn]] void run_launcher(const Prepared& prepared) {
+[[noreturn]] void run_launcher(const Prepared& prepared) noexcept {
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   pid_t role_pid = -1;
   SandboxPlan plan;
   try {
-    if (!prepared.seccomp)
-      throw pando::Error(prepared.seccomp_error_code, prepared.seccomp_error);
+    if (!prepared.seccomp) throw pando::Error(prepared.seccomp_error_code, prepared.seccomp_error);
     if (prepared.idle_while_waiting) set_scheduling(SCHED_IDLE);
     sb::set_up_namespaces();
     sb::BaseView view = sb::build_base_view();
@@ -308,7 +308,8 @@ Prepared prepare_for_launchers() {
 // place of the template's own control socket, and no other fd of the
 // template survives. `argv1` is the copy's argv[1], the template's
 // kTemplateArgument, overwritten so that ps shows launchers as launchers.
-[[noreturn]] void become_launcher(UniqueFd control, const Prepared& prepared, char* argv1) {
+[[noreturn]] void become_launcher(UniqueFd control, const Prepared& prepared,
+                                  char* argv1) noexcept {
   if (getpid() != 1 || dup2(control.get(), sb::kControlFd) < 0 ||
       syscall(SYS_close_range, sb::kControlFd + 1, ~0U, 0) != 0) {
     _exit(127);

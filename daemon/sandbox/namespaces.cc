@@ -19,8 +19,6 @@ namespace pando::sandbox {
 
 namespace {
 
-constexpr char kHostName[] = "pando-sandbox";
-
 void bring_up_loopback() {
   // Any AF_INET socket of this (private) network namespace reaches its devices.
   UniqueFd sock(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
@@ -46,7 +44,7 @@ void bring_up_loopback() {
 // (raise, abort), so a single-threaded copy may go on running C++ code. The
 // cgroup namespace comes later (enter_cgroup_namespace), once the daemon has
 // moved the launcher into the session's cgroups.
-pid_t fork_into_new_namespaces(int* pidfd) {
+pid_t fork_into_new_namespaces(int* pidfd) noexcept {
   clone_args args{};
   args.flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
                CLONE_PARENT | CLONE_PIDFD;
@@ -57,8 +55,9 @@ pid_t fork_into_new_namespaces(int* pidfd) {
 }
 
 void set_up_namespaces() {
-  if (sethostname(kHostName, sizeof(kHostName) - 1) != 0) throw_errno("sethostname");
-  if (setdomainname(kHostName, sizeof(kHostName) - 1) != 0) throw_errno("setdomainname");
+  if (sethostname(kSandboxHostName, sizeof(kSandboxHostName) - 1) != 0) throw_errno("sethostname");
+  if (setdomainname(kSandboxHostName, sizeof(kSandboxHostName) - 1) != 0)
+    throw_errno("setdomainname");
   bring_up_loopback();
 }
 

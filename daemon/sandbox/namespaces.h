@@ -4,13 +4,16 @@
 
 namespace pando::sandbox {
 
+// The session's host and domain name; the view's /etc/hostname and /etc/hosts say the same.
+inline constexpr char kSandboxHostName[] = "pando-sandbox";
+
 // The launcher template (daemon/sandbox/main.cc) starts each session's
 // launcher as a copy of itself: fork semantics (copied memory, same stack, no
 // exec), as PID 1 of new mount, pid, network, IPC and UTS namespaces, and as
 // a child of the daemon (CLONE_PARENT), which reaps it. Its pidfd is stored in
 // *pidfd. Returns 0 in the copy, its pid in the caller, -1 with errno set.
 // Single-threaded callers only: the copy has the caller's one thread.
-pid_t fork_into_new_namespaces(int* pidfd);
+pid_t fork_into_new_namespaces(int* pidfd) noexcept;
 
 // Runs first in a launcher, before any request: sets the hostname and brings
 // up the loopback interface of the private network namespace. Throws

@@ -16,9 +16,6 @@
 namespace pando::sandbox {
 namespace {
 
-constexpr rlim_t kDefaultCore = 0;
-constexpr rlim_t kDefaultNofile = 4096;
-
 void reset_signals() {
   sigset_t empty;
   if (sigemptyset(&empty) != 0) throw_errno("reset_process_state: sigemptyset");
@@ -31,7 +28,7 @@ void reset_signals() {
   }
   if (!sigisemptyset(&now)) {
     throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
-                     "reset_process_state: signals still blocked");
+                "reset_process_state: signals still blocked");
   }
 
   // SIG_IGN survives execve, so every disposition is reset, not only handlers.
@@ -74,7 +71,7 @@ void close_inherited_fds(int keep_fd) {
     if (flags < 0) throw_errno("reset_process_state: fcntl(keep_fd)");
     if ((flags & FD_CLOEXEC) == 0) {
       throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
-                       "reset_process_state: the kept fd is not close-on-exec");
+                  "reset_process_state: the kept fd is not close-on-exec");
     }
     const auto keep = static_cast<unsigned int>(keep_fd);
     if (keep > 3 && close_fd_range(3, keep - 1) != 0) {
@@ -96,9 +93,10 @@ void reset_process_state(const pando::helper::sandbox::v1::SandboxPlan& plan, in
   umask(022);
 
   set_limit(RLIMIT_CORE, "RLIMIT_CORE",
-            plan.rlimit_core() != 0 ? static_cast<rlim_t>(plan.rlimit_core()) : kDefaultCore);
-  set_limit(RLIMIT_NOFILE, "RLIMIT_NOFILE",
-            plan.rlimit_nofile() != 0 ? static_cast<rlim_t>(plan.rlimit_nofile()) : kDefaultNofile);
+            plan.rlimit_core() != 0 ? static_cast<rlim_t>(plan.rlimit_core()) : kDefaultRlimitCore);
+  set_limit(
+      RLIMIT_NOFILE, "RLIMIT_NOFILE",
+      plan.rlimit_nofile() != 0 ? static_cast<rlim_t>(plan.rlimit_nofile()) : kDefaultRlimitNofile);
 
   // A new session without a controlling terminal: the role cannot reach the
   // caller's terminal (TIOCSTI and friends, CVE-2017-5226).
@@ -110,7 +108,7 @@ void reset_process_state(const pando::helper::sandbox::v1::SandboxPlan& plan, in
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) throw_errno("reset_process_state: PR_SET_DUMPABLE");
   if (prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0) {
     throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
-                     "reset_process_state: still dumpable after PR_SET_DUMPABLE 0");
+                "reset_process_state: still dumpable after PR_SET_DUMPABLE 0");
   }
 
   // The kernel clears the parent-death signal on credential changes, so this

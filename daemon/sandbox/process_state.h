@@ -1,8 +1,15 @@
 #pragma once
 
+#include <cstdint>
+
 #include "proto/sandbox.pb.h"
 
 namespace pando::sandbox {
+
+// A role's rlimits where its config names none: the daemon's config fills them in
+// (config.cc), and a plan that carries none gets them here.
+inline constexpr std::uint64_t kDefaultRlimitNofile = 4096;
+inline constexpr std::uint64_t kDefaultRlimitCore = 0;
 
 // Resets what a process inherits: signal mask and dispositions, umask 022,
 // rlimits from the plan (core and nofile), a new session (setsid) with no

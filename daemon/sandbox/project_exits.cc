@@ -68,7 +68,7 @@ UniqueFd open_beneath(int project_fd, const std::string& relative, uint64_t flag
   const long fd = syscall(SYS_openat2, project_fd, path, &how, sizeof(how));
   if (fd < 0 && errno == ENOSYS) {
     throw Error(pando::helper::v1::ERROR_SANDBOX_UNSUPPORTED,
-                     blocked_syscall_message("openat2", "needed to walk the project"));
+                blocked_syscall_message("openat2", "needed to walk the project"));
   }
   return UniqueFd(static_cast<int>(fd));
 }
@@ -126,7 +126,7 @@ void ProjectGuard::incomplete(const std::string& relative, const std::string& wh
 
 void ProjectGuard::unsupported(const std::string& relative, const std::string& why) const {
   throw Error(ERROR_PROTECTED_PATH_UNSUPPORTED,
-                   "cannot protect " + shown(relative) + " from the role: " + why);
+              "cannot protect " + shown(relative) + " from the role: " + why);
 }
 
 bool ProjectGuard::is_hidden_name(const char* name) const {

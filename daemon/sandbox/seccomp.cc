@@ -17,25 +17,21 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "daemon/sandbox/syscall_numbers.h"
 #include "proto/error.h"
 
 #if !defined(__x86_64__)
 #error "The seccomp policy is written for x86_64 only (syscall numbers, ABI checks)."
 #endif
 
-// Linux 6.15 and 6.6; Debian 12's kernel headers predate them. libseccomp adds a rule for a
-// number it does not know as is when the filter has only the native architecture.
-#ifndef __NR_open_tree_attr
-#define __NR_open_tree_attr 467
-#endif
-#ifndef __NR_fchmodat2
-#define __NR_fchmodat2 452
-#endif
+// libseccomp adds a rule for a number it does not know (syscall_numbers.h) as is when the
+// filter has only the native architecture.
 
 namespace pando::sandbox {
 namespace {
@@ -217,7 +213,7 @@ using Filter = std::unique_ptr<void, FilterDeleter>;
 
 [[noreturn]] void throw_seccomp(const std::string& what, int rc) {
   throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
-                   "seccomp: " + what + ": " + std::strerror(-rc));
+              "seccomp: " + what + ": " + std::strerror(-rc));
 }
 
 void add(const Filter& filter, const Rule& rule, const std::vector<scmp_arg_cmp>& compares) {
@@ -282,7 +278,7 @@ constexpr int kProgramSeals = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
 UniqueFd compile_seccomp_program() {
   if (seccomp_arch_native() != SCMP_ARCH_X86_64) {
     throw Error(pando::helper::v1::ERROR_SANDBOX_UNSUPPORTED,
-                     "seccomp: the policy is written for x86_64 only");
+                "seccomp: the policy is written for x86_64 only");
   }
 
   Filter filter(seccomp_init(SCMP_ACT_ALLOW));
@@ -310,7 +306,7 @@ SeccompProgram read_seccomp_program(int fd) {
   if (seals < 0) throw_errno("reading the seals of the seccomp program");
   if ((seals & kProgramSeals) != kProgramSeals) {
     throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
-                     "seccomp: the compiled program is not sealed against changes");
+                "seccomp: the compiled program is not sealed against changes");
   }
   struct stat st {};
   if (fstat(fd, &st) != 0) throw_errno("fstat of the seccomp program");
@@ -318,7 +314,7 @@ SeccompProgram read_seccomp_program(int fd) {
   if (bytes == 0 || bytes % sizeof(sock_filter) != 0 ||
       bytes / sizeof(sock_filter) > BPF_MAXINSNS) {
     throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
-                     "seccomp: the exported filter has " + std::to_string(bytes) + " bytes");
+                "seccomp: the exported filter has " + std::to_string(bytes) + " bytes");
   }
   std::vector<sock_filter> instructions(bytes / sizeof(sock_filter));
   for (size_t done = 0; done < bytes;) {
@@ -328,7 +324,7 @@ SeccompProgram read_seccomp_program(int fd) {
     if (n < 0) throw_errno("reading the seccomp program");
     if (n == 0) {
       throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
-                       "seccomp: the exported filter is shorter than its size");
+                  "seccomp: the exported filter is shorter than its size");
     }
     done += static_cast<size_t>(n);
   }
@@ -346,8 +342,7 @@ void install_seccomp_program(const SeccompProgram& program) {
   const int nnp = prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0);
   if (nnp < 0) throw_errno("prctl(PR_GET_NO_NEW_PRIVS)");
   if (nnp != 1) {
-    throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED,
-                     "seccomp: PR_SET_NO_NEW_PRIVS is not set");
+    throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED, "seccomp: PR_SET_NO_NEW_PRIVS is not set");
   }
   // The kernel only reads the program. Flags 0 is what seccomp_load() passed for this filter
   // (no TSYNC, LOG, SPEC_ALLOW or NEW_LISTENER attribute is set): the launcher is
@@ -371,6 +366,18 @@ std::vector<SeccompPolicyEntry> seccomp_policy() {
     entries.push_back({abi.name, -1, "KILL_PROCESS", abi.reason});
   }
   return entries;
+}
+
+std::string seccomp_status_detail() {
+  std::set<std::string> refused;
+  std::set<std::string> by_argument;
+  for (const Rule& rule : kPolicy) {
+    refused.insert(rule.name);
+    if (rule.when.match != Match::kAlways) by_argument.insert(rule.name);
+  }
+  return "deny-list filter, " + std::to_string(refused.size()) + " syscalls refused (" +
+         std::to_string(by_argument.size()) + " by argument), " +
+         std::to_string(std::size(kAbiPolicy)) + " non-native ABIs killed";
 }
 
 }  // namespace pando::sandbox

@@ -53,4 +53,7 @@ struct SeccompPolicyEntry {
 // The policy build_seccomp_program() compiles: every syscall not listed is allowed.
 std::vector<SeccompPolicyEntry> seccomp_policy();
 
+// The seccomp layer's line in `security status`, counted from seccomp_policy().
+std::string seccomp_status_detail();
+
 }  // namespace pando::sandbox

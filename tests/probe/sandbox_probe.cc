@@ -49,16 +49,11 @@
 #include <fstream>
 #include <string>
 
+#include "daemon/sandbox/syscall_numbers.h"
+
 extern char** environ;
 
 namespace {
-
-#ifndef __NR_open_tree_attr
-#define __NR_open_tree_attr 467
-#endif
-#ifndef __NR_fchmodat2
-#define __NR_fchmodat2 452
-#endif
 
 constexpr long kBad = -1;  // an invalid fd, pointer, flags word and length all at once
 

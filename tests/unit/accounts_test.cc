@@ -18,6 +18,8 @@
 #include <sstream>
 #include <string>
 
+#include "proto/error.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -133,6 +135,16 @@ class AccountsLookupTest : public ::testing::Test {
   std::string dir_;
   Sources sources_;
 };
+
+TEST_F(AccountsLookupTest, AFileThatCannotBeReadIsAnInternalError) {
+  EXPECT_EQ(read_account_file(dir_ + "/missing"), std::nullopt);
+  try {
+    read_account_file(dir_);
+    ADD_FAILURE() << "a directory was read as an account file";
+  } catch (const pando::Error& e) {
+    EXPECT_EQ(e.code(), pando::helper::v1::ERROR_INTERNAL) << e.what();
+  }
+}
 
 TEST_F(AccountsLookupTest, LocalFilesComeFirst) {
   Write(sources_.passwd, "pandotest-a:x:4000:4001::/home/a:/bin/sh\n");

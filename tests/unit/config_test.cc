@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "proto/error.h"
+
 namespace pando::daemon {
 namespace {
 
@@ -20,10 +22,21 @@ workspace { user: "pando-workspace" argv: "/usr/bin/node" argv: "{project_root}/
 std::string error_of(const std::string& text) {
   try {
     parse_config(text, "test.conf");
-  } catch (const ConfigError& e) {
+  } catch (const pando::Error& e) {
+    EXPECT_EQ(e.code(), pando::helper::v1::ERROR_CONFIG_INVALID) << e.what();
     return e.what();
   }
   return "";
+}
+
+// The code load_config refuses `path` with; ERROR_UNSPECIFIED when it loads.
+pando::helper::v1::ErrorCode load_error(const std::string& path) {
+  try {
+    load_config(path);
+  } catch (const pando::Error& e) {
+    return e.code();
+  }
+  return pando::helper::v1::ERROR_UNSPECIFIED;
 }
 
 TEST(Config, DefaultsAreFilledIn) {
@@ -281,11 +294,19 @@ TEST(Config, LoadRefusesFilesOthersCanWrite) {
   chmod(path, 0644);
   EXPECT_NO_THROW(load_config(path));
   chmod(path, 0666);
-  EXPECT_THROW(load_config(path), ConfigError);
+  EXPECT_EQ(load_error(path), pando::helper::v1::ERROR_CONFIG_INVALID);
   chmod(path, 0644);
   chown(path, 1, 1);
-  EXPECT_THROW(load_config(path), ConfigError);
+  EXPECT_EQ(load_error(path), pando::helper::v1::ERROR_CONFIG_INVALID);
   unlink(path);
+}
+
+TEST(Config, LoadRefusesAMissingFileAndADirectory) {
+  EXPECT_EQ(load_error("/nonexistent/pandotest.conf"), pando::helper::v1::ERROR_CONFIG_INVALID);
+  char dir[] = "/tmp/pandotest-conf-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  EXPECT_EQ(load_error(dir), pando::helper::v1::ERROR_CONFIG_INVALID);
+  rmdir(dir);
 }
 
 TEST(Config, ShippedExamplesParse) {

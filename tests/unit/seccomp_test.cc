@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/sandbox/syscall_numbers.h"
 #include "proto/error.h"
 
 extern char** environ;
@@ -316,6 +317,25 @@ TEST(SeccompTest, EveryUnconditionalRowFailsWithItsErrno) {
   EXPECT_GT(checked, 40);
 }
 
+// `security status` shows the policy the launcher installs, not a description kept apart.
+TEST(SeccompTest, StatusDetailCountsThePolicy) {
+  std::set<std::string> refused;
+  std::set<std::string> by_argument;
+  int abis = 0;
+  for (const auto& entry : seccomp_policy()) {
+    if (entry.number < 0) {
+      ++abis;
+      continue;
+    }
+    refused.insert(entry.syscall);
+    if (is_conditional(entry)) by_argument.insert(entry.syscall);
+  }
+  EXPECT_EQ(seccomp_status_detail(), "deny-list filter, " + std::to_string(refused.size()) +
+                                         " syscalls refused (" +
+                                         std::to_string(by_argument.size()) + " by argument), " +
+                                         std::to_string(abis) + " non-native ABIs killed");
+}
+
 // Rows that look at an argument each have their own test below.
 TEST(SeccompTest, ConditionalRowsAreTheTestedOnes) {
   std::multiset<std::string> conditional;
@@ -327,10 +347,6 @@ TEST(SeccompTest, ConditionalRowsAreTheTestedOnes) {
                                         "fchmodat", "fchmodat2", "open", "openat", "creat", "mkdir",
                                         "mkdirat", "mknod", "mknodat"}));
 }
-
-#ifndef __NR_fchmodat2
-#define __NR_fchmodat2 452
-#endif
 
 // The mode's argument index in each call that takes one; paths and fds are invalid, so a call
 // the filter lets through fails in the kernel (EFAULT, EBADF) and makes nothing.

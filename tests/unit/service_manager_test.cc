@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "proto/error.h"
+
 namespace pando::daemon {
 namespace {
 
@@ -101,14 +103,14 @@ bool activation_env_cleared() {
          std::getenv("LISTEN_FDNAMES") == nullptr;
 }
 
-// Expects take_socket_activation_fd() to throw std::runtime_error for whatever
+// Expects take_socket_activation_fd() to throw pando::Error for whatever
 // sits at fd 3, with otherwise valid variables.
 int expect_rejected(const std::function<int()>& make_fd, const char* fds = "1") {
   if (!install_as_fd3(make_fd())) return kSetupFailed;
   set_activation_env(getpid(), fds);
   try {
     take_socket_activation_fd();
-  } catch (const std::runtime_error&) {
+  } catch (const pando::Error&) {
     return activation_env_cleared() ? kOk : kEnvLeft;
   }
   return kDidNotThrow;
@@ -191,7 +193,7 @@ TEST(SocketActivation, RejectsMalformedVariables) {
                 setenv("LISTEN_FDS", "1", 1);
                 try {
                   take_socket_activation_fd();
-                } catch (const std::runtime_error&) {
+                } catch (const pando::Error&) {
                   return activation_env_cleared() ? kOk : kEnvLeft;
                 }
                 return kDidNotThrow;
@@ -206,7 +208,7 @@ TEST(SocketActivation, RejectsMalformedVariables) {
               unsetenv("LISTEN_FDS");
               try {
                 take_socket_activation_fd();
-              } catch (const std::runtime_error&) {
+              } catch (const pando::Error&) {
                 return kOk;
               }
               return kDidNotThrow;
@@ -257,7 +259,7 @@ TEST(SocketActivation, RejectsNonSocketAndClosedFd) {
               set_activation_env(getpid(), "1");
               try {
                 take_socket_activation_fd();
-              } catch (const std::runtime_error&) {
+              } catch (const pando::Error&) {
                 return static_cast<int>(kOk);
               }
               return static_cast<int>(kDidNotThrow);
@@ -327,13 +329,13 @@ TEST_F(Notify, SendsToAbstractSocket) {
 
 TEST_F(Notify, RejectsRelativeName) {
   setenv("NOTIFY_SOCKET", "run/notify", 1);
-  EXPECT_THROW(notify("READY=1"), std::runtime_error);
+  EXPECT_THROW(notify("READY=1"), pando::Error);
 }
 
 TEST_F(Notify, ReportsMissingListener) {
   TempDir dir;
   setenv("NOTIFY_SOCKET", (dir.path() + "/nobody").c_str(), 1);
-  EXPECT_THROW(notify("READY=1"), std::runtime_error);
+  EXPECT_THROW(notify("READY=1"), pando::Error);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 
+#include "proto/error.h"
 #include "tests/unit/child_process.h"
 
 namespace {
@@ -356,17 +357,17 @@ TEST_F(AccountFilesTest, Groups) {
 }
 
 TEST_F(AccountFilesTest, MissingOrUnreadablePasswdAndGroupFilesAreErrors) {
-  EXPECT_THROW(find_local_user(files_, "pandotest-core"), std::runtime_error);
-  EXPECT_THROW(local_group_exists(files_, "pandotest-grp"), std::runtime_error);
+  EXPECT_THROW(find_local_user(files_, "pandotest-core"), pando::Error);
+  EXPECT_THROW(local_group_exists(files_, "pandotest-grp"), pando::Error);
   std::filesystem::create_directory(files_.passwd);
   std::filesystem::create_directory(files_.group);
-  EXPECT_THROW(find_local_user(files_, "pandotest-core"), std::runtime_error);
-  EXPECT_THROW(local_group_exists(files_, "pandotest-grp"), std::runtime_error);
+  EXPECT_THROW(find_local_user(files_, "pandotest-core"), pando::Error);
+  EXPECT_THROW(local_group_exists(files_, "pandotest-grp"), pando::Error);
   // A shadow file that exists but cannot be read is an error too, unlike a missing one.
   std::filesystem::remove(files_.passwd);
   Write(files_.passwd, kCoreLine);
   std::filesystem::create_directory(files_.shadow);
-  EXPECT_THROW(find_local_user(files_, "pandotest-core"), std::runtime_error);
+  EXPECT_THROW(find_local_user(files_, "pandotest-core"), pando::Error);
 }
 
 // The real files agree with NSS about root on this machine.
