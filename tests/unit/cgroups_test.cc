@@ -508,6 +508,10 @@ TEST_F(CgroupsTest, SessionLimitsProcessesAndTeardown) {
   EXPECT_EQ(u.pids_peak, 2u);
   EXPECT_FALSE(u.oom_killed);
   EXPECT_FALSE(u.pids_limit_hit);
+  // The session is empty, so its cpu time stays put: the daemon and the reader agree on it.
+  if (reader.missing({CgroupController::kCpuAccounting}).empty()) {
+    EXPECT_EQ(reader.cpu_usage_usec(), u.cpu_usage_usec);
+  }
   EXPECT_TRUE(s->remove());
   for (const auto& d : dirs) EXPECT_FALSE(is_dir(d)) << d;
   for (const auto& p : mgr.session_parent_dirs()) EXPECT_FALSE(is_dir(p + "/caller-4242")) << p;
@@ -948,6 +952,11 @@ TEST_F(CgroupsTest, UnifiedWithoutControllers) {
   EXPECT_TRUE(WIFSIGNALED(cloned_status) && WTERMSIG(cloned_status) == SIGKILL);
   SessionUsage usage = s->usage();
   std::printf("v2 usage: cpu %llu us\n", static_cast<unsigned long long>(usage.cpu_usage_usec));
+  // The reader takes a real cgroup2 directory for v2, and sees the controllers the manager has.
+  const CgroupReader reader(s->dirs());
+  EXPECT_TRUE(reader.unified());
+  EXPECT_EQ(reader.missing({CgroupController::kPids}).empty(), mgr.limits_pids()) << mgr.detail();
+  EXPECT_EQ(reader.cpu_usage_usec(), usage.cpu_usage_usec);
   EXPECT_TRUE(s->remove());
   EXPECT_FALSE(is_dir(dir));
   int status = child.wait();
