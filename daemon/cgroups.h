@@ -10,8 +10,12 @@
 //  - cgroup v1 (legacy or hybrid hosts whose cgroup2 mount carries no memory/pids controller):
 //    one directory <hierarchy>/<parent>/caller-<uid>/session-<id> in each of the memory, pids,
 //    cpu, cpuacct and freezer hierarchies.
+// v1 and v2 differ behind one interface (cgroup_version.h): cgroup_v1.cc and cgroup_v2.cc; this
+// header and cgroups.cc hold the detection and what both share.
 // Every call is synchronous and returns within a few milliseconds except wait_empty(), whose
 // bound the caller chooses. Nothing here is thread-safe; the daemon is single-threaded.
+// Failures throw pando::Error (proto/error.h): ERROR_CGROUP_UNAVAILABLE for a failed step,
+// ERROR_CONFIG_INVALID for a bad cgroups.parent, ERROR_INTERNAL for a bad session id.
 
 #include <sys/types.h>
 
@@ -64,6 +68,9 @@ struct SessionUsage {
 };
 
 class CallerCgroup;
+namespace cgroup_text {
+struct Mount;
+}
 
 // The cgroup directories of one session. Created by CgroupManager; the destructor is a safety
 // net that kills what is left and tries to remove the directories (logging on failure). The
@@ -86,10 +93,6 @@ class SessionCgroup {
 
   // Moves `pid` (all its threads) into the session in every hierarchy. Throws on failure.
   void add_process(pid_t pid);
-
-  // An O_DIRECTORY fd of the v2 session directory for clone3(CLONE_INTO_CGROUP), which places
-  // the child without a window in the daemon's cgroup; -1 in v1 mode. Owned by this object.
-  int unified_dir_fd() const { return unified_fd_; }
 
   // SIGKILLs every process of the session. v2: cgroup.kill, or freeze + kill each + thaw on
   // kernels without it (< 5.14). v1: freezer FROZEN, kill each listed pid, THAWED. Returns
@@ -119,7 +122,7 @@ class SessionCgroup {
   std::vector<std::string> dirs() const;
 
   struct Dir {
-    std::string path;  // absolute, e.g. /sys/fs/cgroup/memory/pando-helper/session-ab12
+    std::string path;  // absolute, e.g. /sys/fs/cgroup/memory/pando-helper/caller-1000/session-ab12
     bool unified = false;
     bool memory = false;
     bool pids = false;
@@ -136,6 +139,8 @@ class SessionCgroup {
   bool empty() const;
   SessionUsage read_or_log(bool limit_events_only) const noexcept;
   void read_usage(SessionUsage& usage, bool limit_events_only) const;
+  void read_pids_usage(const Dir& d, bool limit_events_only, SessionUsage& usage) const;
+  void attribute_to_caller(SessionUsage& usage) const;
   void kill_with(KillMethod method);
   void kill_frozen();
   void kill_listed_checked();
@@ -145,7 +150,6 @@ class SessionCgroup {
   std::shared_ptr<CallerCgroup> caller_;    // null for a stale session adopted at start
   uint64_t caller_memory_events_base_ = 0;  // the caller's counters when the session began
   uint64_t caller_pids_events_base_ = 0;
-  int unified_fd_ = -1;
   bool removed_ = false;
   mutable uint64_t pids_seen_ = 0;  // fallback for kernels without pids.peak
 };
@@ -176,7 +180,8 @@ class CgroupManager {
   // Finds the usable layout and prepares it (creates the parent directories, enables
   // controllers; in delegated v2 mode also moves this process into <unit>/daemon). When nothing
   // is usable, or preparing fails, returns mode()==kNone with the reason (path, errno) in
-  // detail(). Throws only std::invalid_argument, for an invalid config.parent.
+  // detail(). `config` is as config.cc filled it in (its parent, the one default); throws
+  // pando::Error(ERROR_CONFIG_INVALID) only, for an invalid config.parent.
   // Delegation is assumed when our v2 cgroup is a .service/.scope (or its "daemon" leaf) and
   // either the unit directory carries systemd's trusted.delegate/user.delegate xattr (set by
   // recent systemd for Delegate= units) or the environment has PANDO_CGROUP_DELEGATED=1 (for
@@ -193,7 +198,7 @@ class CgroupManager {
     std::string parent;       // sessions' parent below the mount when not delegated
     bool require_controllers = true;  // fail unless memory and pids can be enabled
   };
-  // Throws std::runtime_error (path + errno) when a step fails.
+  // Throws pando::Error (path + errno) when a step fails. In cgroup_v2.cc.
   static CgroupManager set_up_unified(const UnifiedSetup& setup);
 
   CgroupManager(CgroupManager&&) = default;
@@ -213,26 +218,39 @@ class CgroupManager {
   // At daemon start: kills and removes every caller-<uid>/session-* (and, from older versions,
   // session-*) cgroup left by a previous instance, then the caller-<uid> directories. Returns
   // the names removed ("caller-1000/session-ab12", "session-cd34"); a directory that stays busy
-  // is logged and left for next time. Throws std::runtime_error only when a directory cannot be
+  // is logged and left for next time. Throws pando::Error only when a directory cannot be
   // listed.
   std::vector<std::string> remove_stale_sessions();
 
   // Creates the session's directories in the caller's cgroup and writes its limits. The
   // caller's cgroup is made (with `caller_limits`) when the caller has no live session cgroup,
-  // else shared. Throws std::invalid_argument for a bad session id, std::runtime_error (path +
-  // errno) for any failed step, and in kNone mode; partially created directories are removed
-  // before throwing.
+  // else shared. Throws pando::Error: ERROR_INTERNAL for a bad session id,
+  // ERROR_CGROUP_UNAVAILABLE (path + errno) for any failed step and in kNone mode; partially
+  // created directories are removed before throwing.
   std::unique_ptr<SessionCgroup> create_session(const std::string& session_id, uid_t caller,
                                                 const SessionLimits& limits,
                                                 const CallerLimits& caller_limits);
 
-  // Field by field; an unset one is no limit. The defaults are config.cc's to fill in.
+  // Field by field; an unset one is no limit. The defaults are config.cc's alone to fill in.
   static SessionLimits limits_from_config(const pando::helper::config::v1::ResourceLimits& limits);
   static CallerLimits caller_limits_from_config(
       const pando::helper::config::v1::CallerLimits& limits);
 
  private:
   CgroupManager() = default;
+  static CgroupManager none(std::string detail);
+  // cgroup2 at `mount` when it offers memory and pids (a kNone manager when preparing it
+  // failed); nullopt with `*reason` set when it does not. In cgroup_v2.cc.
+  // `own_path` is this process's cgroup below the cgroup2 root (the "0::" line of
+  // /proc/self/cgroup).
+  static std::optional<CgroupManager> detect_unified(const cgroup_text::Mount& mount,
+                                                     const std::string& own_path,
+                                                     const std::string& parent,
+                                                     std::string* reason);
+  // The v1 hierarchies of `mounts` that carry memory and pids, else kNone naming
+  // `v2_reason` too. In cgroup_v1.cc.
+  static CgroupManager detect_legacy(const std::vector<cgroup_text::Mount>& mounts,
+                                     const std::string& parent, const std::string& v2_reason);
   std::unique_ptr<SessionCgroup> adopt(const std::string& name) const;
   std::shared_ptr<CallerCgroup> caller_cgroup(uid_t caller, const CallerLimits& limits);
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/integration/cgroup_reader.h"
 #include "tests/integration/harness.h"
 
 namespace pando::itest {
@@ -66,16 +67,11 @@ TEST_F(CallerLimitsTest, OneCallersSessionsShareTheCallerLimitAndOthersAreUnaffe
   const auto callers = caller_cgroup_dirs();
   ASSERT_FALSE(callers.empty()) << daemon_->log();
   const std::string caller_name = "caller-" + std::to_string(caller().uid);
-  std::string caller_pids;
-  for (const auto& dir : callers) {
-    EXPECT_TRUE(dir.ends_with("/" + caller_name)) << dir;
-    if (dir.starts_with("/sys/fs/cgroup/pids/") ||
-        read_file(dir + "/cgroup.controllers").find("pids") != std::string::npos) {
-      caller_pids = dir;
-    }
-  }
-  ASSERT_FALSE(caller_pids.empty()) << "no caller cgroup with a pids limit";
-  EXPECT_EQ(read_file(caller_pids + "/pids.max"), "40\n");
+  for (const auto& dir : callers) EXPECT_TRUE(dir.ends_with("/" + caller_name)) << dir;
+  const CgroupReader caller_cgroup(callers);
+  const std::string missing = caller_cgroup.missing({CgroupController::kPids});
+  if (!missing.empty()) GTEST_SKIP() << missing;
+  EXPECT_EQ(caller_cgroup.pids_max(), 40u);
 
   // Second session of the same caller: its own limit (30) would allow 20 more sleeps, the
   // caller's only about 16 more tasks. The fork that fails ends its shell.

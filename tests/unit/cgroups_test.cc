@@ -1,5 +1,7 @@
-// Session cgroups on the real kernel (needs root). Every test works below a parent named
-// pandotest-<pid> in each hierarchy, removed in TearDown.
+// Session cgroups on the real kernel (needs root), below a parent named pandotest-<pid> in
+// each hierarchy, removed in TearDown; limits and usage are read back through the tests'
+// CgroupReader, which knows both layouts. The v1 and v2 halves (CgroupVersion) are also run on
+// fake directory trees, so each file they write or read is checked on any host.
 
 #include "daemon/cgroups.h"
 
@@ -18,18 +20,38 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "daemon/cgroup_version.h"
+#include "proto/error.h"
+#include "tests/integration/cgroup_reader.h"
 
 namespace pando::daemon {
 namespace {
 
 using namespace std::chrono_literals;
 namespace text = cgroup_text;
+using itest::CgroupController;
+using itest::CgroupReader;
+using pando::helper::v1::ErrorCode;
+
+// Runs `f`, which must throw pando::Error with `code`.
+template <typename F>
+void expect_error(ErrorCode code, F f) {
+  try {
+    f();
+    ADD_FAILURE() << "no pando::Error thrown";
+  } catch (const pando::Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+  }
+}
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -370,10 +392,10 @@ TEST(CgroupText, LimitsFromConfig) {
 // ---- real cgroups ----------------------------------------------------------------------------
 
 TEST_F(CgroupsTest, RejectsBadParent) {
-  config_.set_parent("../escape");
-  EXPECT_THROW(CgroupManager::detect(config_), std::invalid_argument);
-  config_.set_parent("/abs");
-  EXPECT_THROW(CgroupManager::detect(config_), std::invalid_argument);
+  for (const char* bad : {"../escape", "/abs", ""}) {
+    config_.set_parent(bad);
+    expect_error(pando::helper::v1::ERROR_CONFIG_INVALID, [&] { CgroupManager::detect(config_); });
+  }
 }
 
 TEST_F(CgroupsTest, DetectsLayoutOfThisHost) {
@@ -440,26 +462,24 @@ TEST_F(CgroupsTest, SessionLimitsProcessesAndTeardown) {
     return trimmed(slurp(*dir + "/" + file));
   };
 
+  const CgroupReader reader(dirs);
+  EXPECT_EQ(reader.unified(), mgr.mode() == CgroupMode::kUnified);
+  EXPECT_EQ(reader.memory_max(), uint64_t{64} << 20);
+  EXPECT_EQ(reader.pids_max(), 32u);
+  if (reader.missing({CgroupController::kCpu}).empty()) {
+    const auto cpu = reader.cpu_max();
+    ASSERT_TRUE(cpu.has_value());
+    EXPECT_EQ(cpu->quota_usec, 50000u);
+    EXPECT_EQ(cpu->period_usec, 100000u);
+  }
+  // What only one version has: v2's oom.group and swap limit, v1's memory+swap limit.
   if (mgr.mode() == CgroupMode::kUnified) {
-    EXPECT_GE(s->unified_dir_fd(), 0);
-    EXPECT_EQ(value("memory.max"), std::to_string(64 << 20));
     EXPECT_EQ(value("memory.oom.group"), "1");
     if (dir_with(dirs, "memory.swap.max")) {
       EXPECT_EQ(value("memory.swap.max"), "0");
     }
-    EXPECT_EQ(value("pids.max"), "32");
-    if (dir_with(dirs, "cpu.max")) {
-      EXPECT_EQ(value("cpu.max"), "50000 100000");
-    }
-  } else {
-    EXPECT_EQ(s->unified_dir_fd(), -1);
-    EXPECT_EQ(value("memory.limit_in_bytes"), std::to_string(64 << 20));
-    if (dir_with(dirs, "memory.memsw.limit_in_bytes")) {
-      EXPECT_EQ(value("memory.memsw.limit_in_bytes"), std::to_string(64 << 20));
-    }
-    EXPECT_EQ(value("pids.max"), "32");
-    EXPECT_EQ(value("cpu.cfs_quota_us"), "50000");
-    EXPECT_EQ(value("cpu.cfs_period_us"), "100000");
+  } else if (dir_with(dirs, "memory.memsw.limit_in_bytes")) {
+    EXPECT_EQ(value("memory.memsw.limit_in_bytes"), std::to_string(64 << 20));
   }
 
   int report[2];
@@ -488,6 +508,10 @@ TEST_F(CgroupsTest, SessionLimitsProcessesAndTeardown) {
   EXPECT_EQ(u.pids_peak, 2u);
   EXPECT_FALSE(u.oom_killed);
   EXPECT_FALSE(u.pids_limit_hit);
+  // The session is empty, so its cpu time stays put: the daemon and the reader agree on it.
+  if (reader.missing({CgroupController::kCpuAccounting}).empty()) {
+    EXPECT_EQ(reader.cpu_usage_usec(), u.cpu_usage_usec);
+  }
   EXPECT_TRUE(s->remove());
   for (const auto& d : dirs) EXPECT_FALSE(is_dir(d)) << d;
   for (const auto& p : mgr.session_parent_dirs()) EXPECT_FALSE(is_dir(p + "/caller-4242")) << p;
@@ -499,11 +523,12 @@ TEST_F(CgroupsTest, RejectsBadAndDuplicateSessions) {
   REQUIRE_LIMITS(mgr);
   SessionLimits limits{64 << 20, 0, 32, 50};
   for (const char* bad : {"../x", "a/b", "a.b", ""}) {
-    EXPECT_THROW(mgr.create_session(bad, kCaller, limits, kUnlimitedCaller), std::invalid_argument)
-        << bad;
+    expect_error(pando::helper::v1::ERROR_INTERNAL,
+                 [&] { mgr.create_session(bad, kCaller, limits, kUnlimitedCaller); });
   }
   auto s = mgr.create_session("dup", kCaller, limits, kUnlimitedCaller);
-  EXPECT_THROW(mgr.create_session("dup", kCaller, limits, kUnlimitedCaller), std::runtime_error);
+  expect_error(pando::helper::v1::ERROR_CGROUP_UNAVAILABLE,
+               [&] { mgr.create_session("dup", kCaller, limits, kUnlimitedCaller); });
   for (const auto& d : s->dirs()) EXPECT_TRUE(is_dir(d)) << d;  // the first one is intact
   EXPECT_TRUE(s->remove());
 }
@@ -604,13 +629,10 @@ TEST_F(CgroupsTest, MemoryLimitOomKills) {
 
 TEST_F(CgroupsTest, CpuQuotaThrottles) {
   REQUIRE_LIMITS(mgr);
-  if (mgr.mode() == CgroupMode::kLegacy && !dir_with(mgr.session_parent_dirs(), "cpuacct.usage")) {
-    GTEST_SKIP() << "no cpuacct hierarchy to measure with";
-  }
-  if (mgr.mode() == CgroupMode::kUnified && mgr.detail().find("cpu") == std::string::npos) {
-    GTEST_SKIP() << "cpu controller not enabled: " << mgr.detail();
-  }
   auto s = mgr.create_session("cpu", kCaller, SessionLimits{64 << 20, 0, 32, 20}, kUnlimitedCaller);
+  const std::string missing =
+      CgroupReader(s->dirs()).missing({CgroupController::kCpu, CgroupController::kCpuAccounting});
+  if (!missing.empty()) GTEST_SKIP() << missing;
   Child child([] {
     for (;;) asm volatile("" ::: "memory");
     return 0;
@@ -699,26 +721,22 @@ TEST_F(CgroupsTest, CallerCgroupHoldsItsSessionsWithTheCallerLimits) {
     if (!dir) return "(no " + file + ")";
     return trimmed(slurp(*dir + "/" + file));
   };
+  const CgroupReader caller_cgroup(caller_dirs);
+  EXPECT_EQ(caller_cgroup.memory_max(), uint64_t{128} << 20);
+  EXPECT_EQ(caller_cgroup.pids_max(), 40u);
+  if (caller_cgroup.missing({CgroupController::kCpu}).empty()) {
+    const auto cpu = caller_cgroup.cpu_max();
+    ASSERT_TRUE(cpu.has_value());
+    EXPECT_EQ(cpu->quota_usec, 100000u);
+    EXPECT_EQ(cpu->period_usec, 100000u);
+  }
   if (mgr.mode() == CgroupMode::kUnified) {
-    EXPECT_EQ(value("memory.max"), std::to_string(128 << 20));
-    EXPECT_EQ(value("pids.max"), "40");
-    if (dir_with(caller_dirs, "cpu.max")) {
-      EXPECT_EQ(value("cpu.max"), "100000 100000");
-    }
     // One OOM kill takes one session (its memory.oom.group), not all the caller's.
     EXPECT_EQ(value("memory.oom.group"), "0");
     EXPECT_NE(value("cgroup.subtree_control").find("memory pids"), std::string::npos);
-  } else {
-    EXPECT_EQ(value("memory.limit_in_bytes"), std::to_string(128 << 20));
-    EXPECT_EQ(value("pids.max"), "40");
-    EXPECT_EQ(value("cpu.cfs_quota_us"), "100000");
-    EXPECT_EQ(value("cpu.cfs_period_us"), "100000");
   }
   // Sessions keep their own limits below.
-  const auto one_dirs = one->dirs();
-  const std::string* session_pids = dir_with(one_dirs, "pids.max");
-  ASSERT_NE(session_pids, nullptr);
-  EXPECT_EQ(trimmed(slurp(*session_pids + "/pids.max")), "32");
+  EXPECT_EQ(CgroupReader(one->dirs()).pids_max(), 32u);
 
   EXPECT_TRUE(one->remove());
   for (const auto& d : caller_dirs) EXPECT_TRUE(is_dir(d)) << d << " went with a live session";
@@ -734,7 +752,7 @@ TEST_F(CgroupsTest, CallerCgroupHoldsItsSessionsWithTheCallerLimits) {
   // A caller whose cgroup went gets a new one with its next session.
   auto again = mgr.create_session("again", kCaller, session, caller);
   for (const auto& d : caller_dirs) EXPECT_TRUE(is_dir(d)) << d;
-  EXPECT_EQ(value("pids.max"), "40");
+  EXPECT_EQ(CgroupReader(caller_dirs).pids_max(), 40u);
   EXPECT_TRUE(again->remove());
   for (const auto& d : caller_dirs) EXPECT_FALSE(is_dir(d)) << d;
 }
@@ -895,7 +913,6 @@ TEST_F(CgroupsTest, UnifiedWithoutControllers) {
       mgr.create_session("cafe", kCaller, SessionLimits{64 << 20, 0, 32, 20}, kUnlimitedCaller);
   ASSERT_EQ(s->dirs().size(), 1u);
   const std::string dir = s->dirs()[0];
-  EXPECT_GE(s->unified_dir_fd(), 0);
 
   int report[2];
   ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
@@ -909,15 +926,18 @@ TEST_F(CgroupsTest, UnifiedWithoutControllers) {
   ASSERT_GT(grandchild, 0);
   EXPECT_TRUE(listed(dir, grandchild));
 
-  // clone3 straight into the session, as the daemon should start the launcher.
+  // A process cloned straight into the session (clone3 CLONE_INTO_CGROUP) is killed as well.
+  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dir_fd, 0) << std::strerror(errno);
   clone_args args{};
   args.flags = CLONE_INTO_CGROUP;
   args.exit_signal = SIGCHLD;
-  args.cgroup = static_cast<uint64_t>(s->unified_dir_fd());
+  args.cgroup = static_cast<uint64_t>(dir_fd);
   long cloned = syscall(SYS_clone3, &args, sizeof args);
   if (cloned == 0) {
     for (;;) pause();
   }
+  close(dir_fd);
   ASSERT_GT(cloned, 0) << std::strerror(errno);
   EXPECT_TRUE(listed(dir, static_cast<pid_t>(cloned)));
   EXPECT_EQ(procs_of(dir).size(), 3u);
@@ -932,6 +952,11 @@ TEST_F(CgroupsTest, UnifiedWithoutControllers) {
   EXPECT_TRUE(WIFSIGNALED(cloned_status) && WTERMSIG(cloned_status) == SIGKILL);
   SessionUsage usage = s->usage();
   std::printf("v2 usage: cpu %llu us\n", static_cast<unsigned long long>(usage.cpu_usage_usec));
+  // The reader takes a real cgroup2 directory for v2, and sees the controllers the manager has.
+  const CgroupReader reader(s->dirs());
+  EXPECT_TRUE(reader.unified());
+  EXPECT_EQ(reader.missing({CgroupController::kPids}).empty(), mgr.limits_pids()) << mgr.detail();
+  EXPECT_EQ(reader.cpu_usage_usec(), usage.cpu_usage_usec);
   EXPECT_TRUE(s->remove());
   EXPECT_FALSE(is_dir(dir));
   int status = child.wait();
@@ -1029,9 +1054,287 @@ TEST_F(CgroupsTest, UnifiedRequiresControllersByDefault) {
     CgroupManager::set_up_unified(
         {.mount_point = u->mount_point, .own_path = "/", .parent = parent_});
     ADD_FAILURE() << "set_up_unified accepted a hierarchy without memory/pids";
-  } catch (const std::runtime_error& e) {
+  } catch (const pando::Error& e) {
+    EXPECT_EQ(e.code(), pando::helper::v1::ERROR_CGROUP_UNAVAILABLE);
     EXPECT_NE(std::string(e.what()).find("memory and pids"), std::string::npos) << e.what();
   }
+}
+
+// ---- v1 and v2 on fake directory trees ------------------------------------------------------
+
+// A temporary directory standing in for cgroup directories. A file the code writes is a FIFO
+// held open here, so every write(2) is seen, in order, as cgroupfs takes them (one command
+// each); a file it reads is a plain file.
+class FakeTree {
+ public:
+  FakeTree() {
+    char tmpl[] = "/tmp/pandotest-cgroup-tree-XXXXXX";
+    if (!mkdtemp(tmpl)) std::abort();
+    root_ = tmpl;
+  }
+  ~FakeTree() {
+    for (const auto& [name, fd] : fifos_) close(fd);
+    std::error_code ec;
+    std::filesystem::remove_all(root_, ec);
+  }
+  FakeTree(const FakeTree&) = delete;
+  FakeTree& operator=(const FakeTree&) = delete;
+
+  const std::string& root() const { return root_; }
+
+  // `name` (relative, its directories made) records what is written to it.
+  void writable(const std::string& name) {
+    const std::string path = make_parent(name);
+    if (mkfifo(path.c_str(), 0600) != 0) std::abort();
+    const int fd = open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) std::abort();
+    fifos_[name] = fd;
+  }
+  // What was written to `name` since the last call, the writes run together.
+  std::string written(const std::string& name) {
+    std::string out;
+    char buf[256];
+    for (ssize_t n; (n = read(fifos_.at(name), buf, sizeof buf)) > 0;) out.append(buf, n);
+    return out;
+  }
+  void file(const std::string& name, const std::string& content) {
+    std::ofstream(make_parent(name)) << content;
+  }
+
+ private:
+  std::string make_parent(const std::string& name) {
+    const std::filesystem::path path = root_ + "/" + name;
+    std::filesystem::create_directories(path.parent_path());
+    return path.string();
+  }
+
+  std::string root_;
+  std::map<std::string, int> fifos_;
+};
+
+CgroupVersion::Dir v2_dir(const std::string& path) {
+  return {.path = path, .unified = true, .memory = true, .pids = true, .cpu = true};
+}
+
+CgroupVersion::Dir v1_dir(const std::string& path) {
+  return {
+      .path = path, .memory = true, .pids = true, .cpu = true, .cpuacct = true, .freezer = true};
+}
+
+TEST(CgroupV2Files, WritesLimits) {
+  FakeTree tree;
+  tree.writable("memory.max");
+  tree.writable("cpu.max");
+  const auto d = v2_dir(tree.root());
+  cgroup_v2().write_limits(d, 64 << 20, 20);
+  EXPECT_EQ(tree.written("memory.max"), "67108864");
+  EXPECT_EQ(tree.written("cpu.max"), "20000 100000");
+  cgroup_v2().write_limits(d, 0, 0);
+  EXPECT_EQ(tree.written("memory.max"), "max");
+  EXPECT_EQ(tree.written("cpu.max"), "max 100000");
+  cgroup_v2().write_limits({.path = tree.root(), .unified = true}, 64 << 20, 20);
+  EXPECT_EQ(tree.written("memory.max"), "") << "no memory controller, no memory.max";
+  EXPECT_EQ(tree.written("cpu.max"), "") << "no cpu controller, no cpu.max";
+}
+
+TEST(CgroupV2Files, WritesSessionExtrasAndCallerControllers) {
+  FakeTree tree;
+  tree.writable("memory.swap.max");
+  tree.writable("memory.oom.group");
+  tree.writable("cgroup.subtree_control");
+  const auto d = v2_dir(tree.root());
+  cgroup_v2().write_session_extras(d, SessionLimits{64 << 20, 1 << 20, 32, 20});
+  EXPECT_EQ(tree.written("memory.swap.max"), "1048576");
+  EXPECT_EQ(tree.written("memory.oom.group"), "1");
+  cgroup_v2().prepare_caller(d);
+  EXPECT_EQ(tree.written("cgroup.subtree_control"), "+memory+pids+cpu");
+  cgroup_v2().prepare_caller({.path = tree.root(), .unified = true, .pids = true});
+  EXPECT_EQ(tree.written("cgroup.subtree_control"), "+pids");
+  EXPECT_EQ(tree.written("memory.oom.group"), "") << "a caller's OOM is not grouped";
+
+  FakeTree no_swap;  // a kernel without swap accounting has no memory.swap.max
+  no_swap.writable("memory.oom.group");
+  cgroup_v2().write_session_extras(v2_dir(no_swap.root()), SessionLimits{64 << 20, 0, 32, 20});
+  EXPECT_EQ(no_swap.written("memory.oom.group"), "1");
+}
+
+TEST(CgroupV2Files, ReadsMembershipKillAndFreezeFiles) {
+  FakeTree tree;
+  const auto d = v2_dir(tree.root());
+  tree.file("cgroup.procs", "");
+  EXPECT_FALSE(cgroup_v2().populated(d));
+  tree.file("cgroup.procs", "12\n");
+  EXPECT_TRUE(cgroup_v2().populated(d)) << "without cgroup.events, cgroup.procs decides";
+  tree.file("cgroup.events", "populated 0\nfrozen 0\n");
+  EXPECT_FALSE(cgroup_v2().populated(d)) << "cgroup.events decides where it exists";
+  tree.file("cgroup.events", "populated 1\nfrozen 0\n");
+  EXPECT_TRUE(cgroup_v2().populated(d));
+
+  EXPECT_EQ(cgroup_v2().kill_file(d), std::nullopt);
+  EXPECT_EQ(cgroup_v2().freezer(d).has_value(), false);
+  tree.file("cgroup.kill", "");
+  tree.file("cgroup.freeze", "0\n");
+  EXPECT_EQ(cgroup_v2().kill_file(d), tree.root() + "/cgroup.kill");
+  const auto freezer = cgroup_v2().freezer(d);
+  ASSERT_TRUE(freezer.has_value());
+  EXPECT_EQ(freezer->file, tree.root() + "/cgroup.freeze");
+  EXPECT_EQ(freezer->frozen_value, "1");
+  EXPECT_EQ(freezer->thawed_value, "0");
+  EXPECT_FALSE(freezer->is_frozen());
+  tree.file("cgroup.events", "populated 1\nfrozen 1\n");
+  EXPECT_TRUE(freezer->is_frozen());
+}
+
+TEST(CgroupV2Files, ReadsAccountingAndLimitEvents) {
+  FakeTree tree;
+  const auto d = v2_dir(tree.root());
+  tree.file("cpu.stat", "usage_usec 5000\nuser_usec 4000\nsystem_usec 1000\n");
+  tree.file("memory.peak", "777\n");
+  tree.file("memory.events", "low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\noom_group_kill 1\n");
+  SessionUsage u;
+  cgroup_v2().read_accounting(d, false, u);
+  EXPECT_EQ(u.cpu_usage_usec, 5000u);
+  EXPECT_EQ(u.memory_peak_bytes, 777u);
+  EXPECT_TRUE(u.oom_killed);
+  EXPECT_TRUE(u.memory_limit_hit);
+  EXPECT_TRUE(cgroup_v2().memory_limit_reached(d));
+  SessionUsage events;
+  cgroup_v2().read_accounting(d, true, events);
+  EXPECT_EQ(events.cpu_usage_usec, 0u) << "limit events only";
+  EXPECT_EQ(events.memory_peak_bytes, 0u) << "limit events only";
+  EXPECT_TRUE(events.oom_killed);
+
+  tree.file("memory.events", "low 0\nhigh 0\nmax 3\noom 0\noom_kill 0\n");
+  SessionUsage reclaimed;
+  cgroup_v2().read_accounting(d, false, reclaimed);
+  EXPECT_FALSE(reclaimed.oom_killed);
+  EXPECT_TRUE(reclaimed.memory_limit_hit) << "memory.events max counts a reached limit";
+  EXPECT_FALSE(cgroup_v2().memory_limit_reached(d));
+
+  tree.file("memory.events", "low 0\nhigh 0\nmax 0\noom 1\noom_kill 0\n");
+  SessionUsage no_kill;
+  cgroup_v2().read_accounting(d, false, no_kill);
+  EXPECT_FALSE(no_kill.oom_killed) << "an OOM that killed nothing";
+  EXPECT_TRUE(no_kill.memory_limit_hit);
+  EXPECT_TRUE(cgroup_v2().memory_limit_reached(d));
+
+  tree.file("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n");
+  SessionUsage quiet;
+  cgroup_v2().read_accounting(d, false, quiet);
+  EXPECT_FALSE(quiet.oom_killed);
+  EXPECT_FALSE(quiet.memory_limit_hit);
+
+  SessionUsage no_memory;
+  cgroup_v2().read_accounting({.path = tree.root(), .unified = true}, false, no_memory);
+  EXPECT_EQ(no_memory.cpu_usage_usec, 5000u) << "cpu.stat is there without controllers";
+  EXPECT_EQ(no_memory.memory_peak_bytes, 0u);
+
+  tree.file("memory.events.local", "low 0\nmax 9\noom 4\noom_kill 4\n");
+  tree.file("pids.events.local", "max 6\n");
+  EXPECT_EQ(cgroup_v2().caller_limit_counters(d), (std::pair<uint64_t, uint64_t>{4, 6}));
+  EXPECT_EQ(cgroup_v2().caller_limit_counters({.path = tree.root(), .unified = true, .pids = true}),
+            (std::pair<uint64_t, uint64_t>{0, 6}));
+}
+
+TEST(CgroupV1Files, WritesLimits) {
+  FakeTree tree;
+  tree.writable("memory.limit_in_bytes");
+  tree.writable("cpu.cfs_period_us");
+  tree.writable("cpu.cfs_quota_us");
+  tree.writable("memory.memsw.limit_in_bytes");
+  const auto d = v1_dir(tree.root());
+  cgroup_v1().write_limits(d, 64 << 20, 20);
+  EXPECT_EQ(tree.written("memory.limit_in_bytes"), "67108864");
+  EXPECT_EQ(tree.written("cpu.cfs_period_us"), "100000");
+  EXPECT_EQ(tree.written("cpu.cfs_quota_us"), "20000");
+  cgroup_v1().write_limits(d, 0, 0);
+  EXPECT_EQ(tree.written("memory.limit_in_bytes"), "") << "v1 has no 'max' to write";
+  EXPECT_EQ(tree.written("cpu.cfs_quota_us"), "");
+  cgroup_v1().write_session_extras(d, SessionLimits{64 << 20, 1 << 20, 32, 20});
+  EXPECT_EQ(tree.written("memory.memsw.limit_in_bytes"), std::to_string((64 << 20) + (1 << 20)));
+  cgroup_v1().write_session_extras(d, SessionLimits{0, 1 << 20, 32, 20});
+  EXPECT_EQ(tree.written("memory.memsw.limit_in_bytes"), "") << "no memory limit, no memsw";
+  cgroup_v1().write_limits({.path = tree.root()}, 64 << 20, 20);
+  EXPECT_EQ(tree.written("memory.limit_in_bytes"), "") << "not the memory hierarchy";
+  EXPECT_EQ(tree.written("cpu.cfs_quota_us"), "") << "not the cpu hierarchy";
+}
+
+TEST(CgroupV1Files, ReadsMembershipFreezerAndAccounting) {
+  FakeTree tree;
+  const auto d = v1_dir(tree.root());
+  tree.file("cgroup.procs", "");
+  EXPECT_FALSE(cgroup_v1().populated(d));
+  tree.file("cgroup.procs", "12\n13\n");
+  EXPECT_TRUE(cgroup_v1().populated(d));
+  tree.file("cgroup.kill", "");
+  EXPECT_EQ(cgroup_v1().kill_file(d), std::nullopt) << "v1 has no cgroup.kill";
+  EXPECT_FALSE(cgroup_v1().freezer({.path = tree.root()}).has_value()) << "not the freezer";
+  tree.file("freezer.state", "THAWED\n");
+  const auto freezer = cgroup_v1().freezer(d);
+  ASSERT_TRUE(freezer.has_value());
+  EXPECT_EQ(freezer->file, tree.root() + "/freezer.state");
+  EXPECT_EQ(freezer->frozen_value, "FROZEN");
+  EXPECT_EQ(freezer->thawed_value, "THAWED");
+  EXPECT_FALSE(freezer->is_frozen());
+  tree.file("freezer.state", "FROZEN\n");
+  EXPECT_TRUE(freezer->is_frozen());
+
+  tree.file("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n");
+  tree.file("memory.max_usage_in_bytes", "777\n");
+  tree.file("memory.failcnt", "3\n");
+  tree.file("cpuacct.usage", "5000999\n");
+  SessionUsage u;
+  cgroup_v1().read_accounting(d, false, u);
+  EXPECT_EQ(u.cpu_usage_usec, 5000u);
+  EXPECT_EQ(u.memory_peak_bytes, 777u);
+  EXPECT_TRUE(u.oom_killed);
+  EXPECT_TRUE(u.memory_limit_hit);
+  EXPECT_TRUE(cgroup_v1().memory_limit_reached(d));
+  SessionUsage events;
+  cgroup_v1().read_accounting(d, true, events);
+  EXPECT_EQ(events.cpu_usage_usec, 0u);
+  EXPECT_EQ(events.memory_peak_bytes, 0u);
+  EXPECT_TRUE(events.oom_killed);
+  EXPECT_EQ(cgroup_v1().caller_limit_counters(d), (std::pair<uint64_t, uint64_t>{3, 0}));
+
+  tree.file("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n");
+  tree.file("memory.failcnt", "0\n");
+  SessionUsage quiet;
+  cgroup_v1().read_accounting(d, false, quiet);
+  EXPECT_FALSE(quiet.oom_killed);
+  EXPECT_FALSE(quiet.memory_limit_hit);
+  EXPECT_FALSE(cgroup_v1().memory_limit_reached(d));
+}
+
+// The v2 set-up without delegation, on a fake tree: the parent's parts are made (here they
+// exist) and memory, pids and cpu enabled at each level, as far as each level offers them.
+TEST(CgroupV2Files, SetsUpTheParentOnAFakeTree) {
+  FakeTree tree;
+  for (const std::string level : {"", "a/", "a/b/"}) {
+    tree.file(level + "cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma\n");
+    tree.writable(level + "cgroup.subtree_control");
+  }
+  CgroupManager m =
+      CgroupManager::set_up_unified({.mount_point = tree.root(), .own_path = "/", .parent = "a/b"});
+  EXPECT_EQ(m.mode(), CgroupMode::kUnified);
+  EXPECT_EQ(m.detail(), "v2 at " + tree.root() + "/a/b: memory pids cpu");
+  EXPECT_EQ(m.session_parent_dirs(), std::vector<std::string>{tree.root() + "/a/b"});
+  EXPECT_TRUE(m.limits_pids());
+  for (const std::string level : {"", "a/", "a/b/"}) {
+    EXPECT_EQ(tree.written(level + "cgroup.subtree_control"), "+memory+pids+cpu") << level;
+  }
+
+  tree.file("a/cgroup.controllers", "cpu pids\n");
+  expect_error(pando::helper::v1::ERROR_CGROUP_UNAVAILABLE, [&] {
+    CgroupManager::set_up_unified({.mount_point = tree.root(), .own_path = "/", .parent = "a/b"});
+  });
+  CgroupManager partial = CgroupManager::set_up_unified(
+      {.mount_point = tree.root(), .own_path = "/", .parent = "a/b", .require_controllers = false});
+  EXPECT_EQ(partial.detail(), "v2 at " + tree.root() + "/a/b: pids cpu");
+  // Twice: the refused set-up, then the one that accepts what there is.
+  EXPECT_EQ(tree.written("cgroup.subtree_control"), "+memory+pids+cpu+memory+pids+cpu");
+  EXPECT_EQ(tree.written("a/cgroup.subtree_control"), "+pids+cpu+pids+cpu");
+  EXPECT_EQ(tree.written("a/b/cgroup.subtree_control"), "+pids+cpu+pids+cpu");
 }
 
 }  // namespace
