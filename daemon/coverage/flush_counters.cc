@@ -1,15 +1,17 @@
 // Coverage builds only (PANDO_COVERAGE, never a release build): linked into the
-// launcher and the test executables with -Wl,--wrap=_exit,--wrap=syscall. gcov
-// writes its counters from an exit() handler, which neither a launcher nor a
-// test's child reaches: a launcher pivot_root()s away from the build tree and
-// ends with _exit(), and so do the children the unit tests fork
-// (tests/unit/child_process.h). So the counters are written
-//   - just before pivot_root: all a launcher did until then, including the
-//     template's work it inherited (prestarting, receiving the plan, every
-//     mount, the project walk);
-//   - at _exit(), where the build tree can still be written.
-// What a launcher does after pivot_root (starting the role, init) is not
-// counted. gcov writes a process's counters once: the second call is a no-op.
+// launcher and the test executables with
+// -Wl,--wrap=_exit,--wrap=syscall,--wrap=setresuid. gcov writes its counters
+// from an exit() handler, which neither a launcher nor a test's child reaches:
+// a launcher pivot_root()s away from the build tree and ends with _exit(), and
+// the children the unit tests fork (tests/unit/child_process.h) end with
+// _exit(), some after giving up root. So the counters are written, and started
+// again from zero, at the last moment they still can be:
+//   - just before pivot_root and setresuid: for a launcher, all it did until it
+//     leaves the host's root, including the template's work it inherited
+//     (prestarting, receiving the plan, every mount, the project walk);
+//   - at _exit(), where the build tree is still writable.
+// Not counted: what a launcher does after pivot_root (starting the role, init),
+// and what a test's child does after it gave up root or applied Landlock.
 
 #include <fcntl.h>
 #include <sys/syscall.h>
@@ -19,19 +21,23 @@
 
 extern "C" {
 void __gcov_dump(void);
+void __gcov_reset(void);
 [[noreturn]] void __real__exit(int status);
 long __real_syscall(long number, ...);
+int __real_setresuid(uid_t ruid, uid_t euid, uid_t suid);
 }
 
 namespace {
 
-// A process under a role's identity or Landlock, or in a root without the build tree,
-// cannot write them, and gcov would say so on its stderr.
-void dump_if_writable() {
+// A process under a role's identity or Landlock, or in a root without the build tree, cannot
+// write them, and gcov would say so on its stderr.
+void flush() {
   const int fd = open(PANDO_COVERAGE_BUILD_DIR "/CMakeCache.txt", O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd < 0) return;
   close(fd);
-  if (access(PANDO_COVERAGE_BUILD_DIR, W_OK) == 0) __gcov_dump();
+  if (access(PANDO_COVERAGE_BUILD_DIR, W_OK) != 0) return;
+  __gcov_dump();
+  __gcov_reset();
 }
 
 }  // namespace
@@ -39,8 +45,13 @@ void dump_if_writable() {
 extern "C" {
 
 [[noreturn]] void __wrap__exit(int status) {
-  dump_if_writable();
+  flush();
   __real__exit(status);
+}
+
+int __wrap_setresuid(uid_t ruid, uid_t euid, uid_t suid) {
+  flush();
+  return __real_setresuid(ruid, euid, suid);
 }
 
 // Like glibc's syscall(): six arguments after the number, passed on whether used or not.
@@ -50,7 +61,7 @@ long __wrap_syscall(long number, ...) {
   long args[6];
   for (long& arg : args) arg = va_arg(list, long);
   va_end(list);
-  if (number == SYS_pivot_root) dump_if_writable();
+  if (number == SYS_pivot_root) flush();
   return __real_syscall(number, args[0], args[1], args[2], args[3], args[4], args[5]);
 }
 }
