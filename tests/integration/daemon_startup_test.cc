@@ -48,6 +48,11 @@ std::string valid_config() {
          "cgroups { parent: \"" + cgroup_parent_name() + "\" }\n";
 }
 
+// The same with its socket in `dir`: a daemon started on it by mistake stays off the host's.
+std::string valid_config(const TempDir& dir) {
+  return valid_config() + "socket_path: \"" + dir.path() + "/helper.sock\"\n";
+}
+
 // The harness's daemon, expected to refuse to start: returns its exit code (-1 when it did not
 // exit by itself) and leaves its log in `log`.
 int start_failure(DaemonOptions options, std::string& log) {
@@ -156,7 +161,7 @@ TEST_F(DaemonStartupTest, HelpVersionAndBadCommandLines) {
   EXPECT_NE(no_config.err.find("--config is required"), std::string::npos) << no_config.err;
 
   // --check-config takes its file and nothing else.
-  const std::string config = dir_.write_file("ok.conf", valid_config(), kRoot);
+  const std::string config = dir_.write_file("ok.conf", valid_config(dir_), kRoot);
   const RunResult check_and_more =
       daemon_command(kRoot, {"--check-config", config, "--foreground"});
   EXPECT_EQ(check_and_more.exit_code, 64) << check_and_more.err;
@@ -165,14 +170,14 @@ TEST_F(DaemonStartupTest, HelpVersionAndBadCommandLines) {
 }
 
 TEST_F(DaemonStartupTest, RefusesToRunAsAnotherUserThanRoot) {
-  const std::string config = dir_.write_file("ok.conf", valid_config(), kRoot);
+  const std::string config = dir_.write_file("ok.conf", valid_config(dir_), kRoot);
   const RunResult r = daemon_command(caller(), {"--config", config});
   EXPECT_EQ(r.exit_code, 77) << r.err;
   EXPECT_NE(r.err.find("must run as root"), std::string::npos) << r.err;
 }
 
 TEST_F(DaemonStartupTest, CheckConfigAcceptsAValidFileAndNamesTheFieldOfABadOne) {
-  const std::string ok = dir_.write_file("ok.conf", valid_config(), kRoot);
+  const std::string ok = dir_.write_file("ok.conf", valid_config(dir_), kRoot);
   const RunResult good = daemon_command(kRoot, {"--check-config", ok});
   EXPECT_EQ(good.exit_code, 0) << good.err;
   EXPECT_EQ(good.out, "pando-helperd: " + ok + ": config OK\n");
@@ -197,15 +202,15 @@ TEST_F(DaemonStartupTest, ConfigFileMustBeARegularFileOnlyRootCanWrite) {
     EXPECT_NE(start.err.find("invalid config: " + path + ": " + why), std::string::npos)
         << start.err;
   };
-  const std::string writable = dir_.write_file("writable.conf", valid_config(), kRoot, 0666);
+  const std::string writable = dir_.write_file("writable.conf", valid_config(dir_), kRoot, 0666);
   refused(writable, "must be owned by root and writable only by root");
-  const std::string callers = dir_.write_file("callers.conf", valid_config(), caller());
+  const std::string callers = dir_.write_file("callers.conf", valid_config(dir_), caller());
   refused(callers, "must be owned by root and writable only by root");
   refused(dir_.make_dir("a-directory.conf", kRoot), "not a regular file");
   refused(dir_.path() + "/missing.conf", "cannot be opened: No such file or directory");
   const std::string link = dir_.path() + "/link.conf";
-  ASSERT_EQ(symlink(dir_.write_file("target.conf", valid_config(), kRoot).c_str(), link.c_str()),
-            0);
+  ASSERT_EQ(
+      symlink(dir_.write_file("target.conf", valid_config(dir_), kRoot).c_str(), link.c_str()), 0);
   refused(link, "cannot be opened: Too many levels of symbolic links");
 
   // Any user may check a file they can read; only root's ownership rule is root's to apply.
@@ -217,7 +222,7 @@ TEST_F(DaemonStartupTest, ConfigFileMustBeARegularFileOnlyRootCanWrite) {
 TEST_F(DaemonStartupTest, LogFileThatCannotBeOpenedIsAConfigError) {
   const std::string log_dir = dir_.make_dir("logs", kRoot);
   const std::string config =
-      dir_.write_file("log.conf", valid_config() + "log_file: \"" + log_dir + "\"\n", kRoot);
+      dir_.write_file("log.conf", valid_config(dir_) + "log_file: \"" + log_dir + "\"\n", kRoot);
   const RunResult r = daemon_command(kRoot, {"--config", config});
   EXPECT_EQ(r.exit_code, 78) << r.err;
   EXPECT_NE(r.err.find("cannot open log " + log_dir), std::string::npos) << r.err;
@@ -460,6 +465,7 @@ TEST_F(DaemonStartupTest, RoleUsersThatCannotRunARoleAreRefusedAtLaunch) {
   EXPECT_NE(core.err.find("role user root must not be root"), std::string::npos) << core.err;
   const RunResult workspace = launch_as("workspace");
   EXPECT_EQ(workspace.exit_code, 77) << workspace.err;
+  EXPECT_NE(workspace.err.find("ERROR_ROLE_NOT_CONFIGURED"), std::string::npos) << workspace.err;
   EXPECT_NE(workspace.err.find("role user pandotest-no-such-user does not exist; run "
                                "`pando-helper security setup-users` as root"),
             std::string::npos)
