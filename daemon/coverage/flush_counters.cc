@@ -4,11 +4,12 @@
 // from an exit() handler, which neither a launcher nor a test's child reaches:
 // a launcher pivot_root()s away from the build tree and ends with _exit(), and
 // the children the unit tests fork (tests/unit/child_process.h) end with
-// _exit(), some after giving up root. So the counters are written, and started
-// again from zero, at the last moment they still can be:
-//   - just before pivot_root and setresuid: for a launcher, all it did until it
-//     leaves the host's root, including the template's work it inherited
-//     (prestarting, receiving the plan, every mount, the project walk);
+// _exit(), some after giving up root or under Landlock. So the counters are
+// written, and started again from zero, at the last moment they still can be:
+//   - just before pivot_root, setresuid and landlock_restrict_self: for a
+//     launcher, all it did until it leaves the host's root, including the
+//     template's work it inherited (prestarting, receiving the plan, every
+//     mount, the project walk);
 //   - at _exit(), where the build tree is still writable.
 // Not counted: what a launcher does after pivot_root (starting the role, init),
 // and what a test's child does after it gave up root or applied Landlock.
@@ -61,7 +62,7 @@ long __wrap_syscall(long number, ...) {
   long args[6];
   for (long& arg : args) arg = va_arg(list, long);
   va_end(list);
-  if (number == SYS_pivot_root) flush();
+  if (number == SYS_pivot_root || number == SYS_landlock_restrict_self) flush();
   return __real_syscall(number, args[0], args[1], args[2], args[3], args[4], args[5]);
 }
 }
