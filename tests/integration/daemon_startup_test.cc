@@ -1,6 +1,7 @@
-// pando-helperd's command line, --check-config and what it refuses at start (exit codes, the
-// one-line messages), the socket it creates, and SIGINT: the real binary, as root and as a
-// caller.
+// pando-helperd itself, the real binary as root and as a caller: its command line and
+// --check-config, what it refuses at start (exit codes, one-line messages, nothing left
+// behind), the socket it creates, SIGINT, its open-file limit, socket activation with
+// sd_notify and idle exit, a host without cgroups, and role users that cannot run a role.
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
