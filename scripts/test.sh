@@ -4,10 +4,13 @@
 #   1. dependencies (Debian 12 packages)
 #   2. a RelWithDebInfo build and every test: unit, integration, packaging
 #   3. an ASan+UBSan build running the unit and integration tests
-#   4. the libFuzzer target on the frame decoder and request validator (60 s)
-# Ends with one line "tests: N passed, N failed, N skipped" (skipped: a kernel
-# feature this host lacks, or node 20+ or the npm registry for the MCP example
-# when its install is not cached; each prints its reason).
+#   4. a gcov build (PANDO_COVERAGE) running the unit and integration tests, and
+#      gcovr's line coverage of daemon/ (daemon and launcher)
+#   5. the libFuzzer target on the frame decoder and request validator (60 s)
+# Ends with the line "coverage: daemon/ P% of lines (N of M)" and the line
+# "tests: N passed, N failed, N skipped" (skipped: a kernel feature this host
+# lacks, or node 20+ or the npm registry for the MCP example when its install is
+# not cached; each prints its reason).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -73,6 +76,35 @@ if build build/asan -DCMAKE_BUILD_TYPE=Debug -DPANDO_SANITIZE=ON; then
     run_ctest build/asan -LE packaging
 fi
 
+# gcovr's own count of daemon/'s lines, nothing adjusted; what it cannot see is
+# in the README ("Tests").
+coverage_line() {  # <build dir>: sets $coverage
+  local summary report
+  # A file of its own for the report: gcovr must never be pointed at /dev/null.
+  report=$(mktemp)
+  summary=$(gcovr --root "$root" --object-directory "$1" --filter "$root/daemon/" \
+    --print-summary -o "$report" | grep -E '^lines: ')
+  rm -f "$report"
+  if [ -z "$summary" ]; then
+    coverage="coverage: gcovr reported nothing for daemon/"
+    status=1
+    return
+  fi
+  coverage=$(sed -E \
+    's/^lines: ([0-9.]+%) \(([0-9]+) out of ([0-9]+)\)$/coverage: daemon\/ \1 of lines (\2 of \3)/' \
+    <<<"$summary")
+}
+
+echo "== coverage (gcov): unit and integration tests, line coverage of daemon/"
+coverage="coverage: not measured (the coverage build failed)"
+if build build/coverage -DCMAKE_BUILD_TYPE=Debug -DPANDO_COVERAGE=ON; then
+  # This run's counts only (the build's test discovery runs the test binaries too).
+  find build/coverage -name '*.gcda' -delete
+  run_ctest build/coverage -LE packaging
+  coverage_line build/coverage
+  echo "$coverage"
+fi
+
 echo "== libFuzzer: frame decoder and request validator, ${fuzz_seconds} s"
 if build build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DPANDO_FUZZ=ON -DPANDO_TESTS=OFF; then
@@ -89,5 +121,6 @@ if build build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   [ "$status" -ne 0 ] || rm -rf "$corpus"
 fi
 
+echo "$coverage"
 echo "tests: ${passed} passed, ${failed} failed, ${skipped} skipped"
 exit "$status"
