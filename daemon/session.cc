@@ -25,8 +25,8 @@
 #include "daemon/plan.h"
 #include "daemon/project_root.h"
 #include "daemon/sandbox/mounts.h"
-#include "proto/error.h"
 #include "daemon/selftest.h"
+#include "proto/error.h"
 
 namespace pando::daemon {
 
@@ -37,19 +37,6 @@ namespace sbv1 = pando::helper::sandbox::v1;
 namespace {
 
 constexpr auto kSetupTimeout = std::chrono::seconds(30);
-
-int signal_number(v1::Signal signal) {
-  switch (signal) {
-    case v1::SIGNAL_INT:
-      return SIGINT;
-    case v1::SIGNAL_TERM:
-      return SIGTERM;
-    case v1::SIGNAL_HUP:
-      return SIGHUP;
-    default:
-      return 0;
-  }
-}
 
 bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 
@@ -136,93 +123,56 @@ void Session::start() {
   handshake_timer_.expires_after(
       std::chrono::milliseconds(daemon_.config().handshake_timeout_ms()));
   handshake_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (ec || self->state_ == State::kClosed) return;
-    if (self->state_ == State::kPreface || self->state_ == State::kRequest) {
+    if (ec || self->state() == State::kClosed) return;
+    if (self->state() == State::kPreface || self->state() == State::kRequest) {
       self->reject(v1::ERROR_HANDSHAKE_TIMEOUT, "no launch request within the handshake timeout");
     }
   });
-  read_preface();
+  receive_request();
 }
 
-void Session::wait_readable(void (Session::*receive)()) {
+void Session::wait_readable() {
   socket_.async_wait(Socket::wait_read,
-                     [self = shared_from_this(), receive](const boost::system::error_code& ec) {
-                       if (self->state_ == State::kClosed) return;
+                     [self = shared_from_this()](const boost::system::error_code& ec) {
+                       if (self->state() == State::kClosed) return;
                        if (ec) return self->close();
-                       ((*self).*receive)();
+                       self->receive_request();
                      });
 }
 
 // Every handshake byte comes through recvmsg() with room for fds, so none
-// slip in unseen. Fds count only with the request header, in the one message
-// that brings all of it (how the client sends them: attached to the frame's
-// first byte); with any other read they are closed at once and the request
-// refused, so a connection never holds more than one request's fds.
-Session::Received Session::receive_part(uint8_t* data, size_t size, size_t& have,
-                                        bool fds_allowed) {
-  std::vector<UniqueFd> fds;
-  bool truncated = false;
-  const ssize_t n = receive_with_fds(socket_.native_handle(), data + have, size - have,
-                                     kMaxPassedFds, MSG_DONTWAIT, fds, truncated);
-  if (n < 0 && would_block(errno)) return Received::kMore;
-  if (n <= 0) {
-    close();
-    return Received::kEnded;
+// slip in unseen; the protocol core decides whether they may come with these
+// bytes. Exactly the bytes it wants are read: a preface, a header, the rest
+// of a payload.
+void Session::receive_request() {
+  std::array<uint8_t, wire::kMaxControlPayload> buffer{};
+  while (state() == State::kPreface || state() == State::kRequest) {
+    std::vector<UniqueFd> fds;
+    bool truncated = false;
+    const ssize_t n = receive_with_fds(socket_.native_handle(), buffer.data(), protocol_.want(),
+                                       kMaxPassedFds, MSG_DONTWAIT, fds, truncated);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && would_block(errno)) return wait_readable();
+    if (n <= 0) return close();
+    // Stream socket: only the fds can be cut off (MSG_CTRUNC; the kernel
+    // closed the rest).
+    if (truncated) {
+      return reject(v1::ERROR_BAD_STDIO_FDS, "too many file descriptors attached to the request");
+    }
+    const bool with_fds = !fds.empty();
+    if (with_fds) passed_fds_ = std::move(fds);
+    const wire::Action action =
+        protocol_.feed(std::span(buffer.data(), static_cast<size_t>(n)), with_fds);
+    if (const auto* refused = std::get_if<wire::action::Reject>(&action)) {
+      return reject(refused->code, refused->message);
+    }
+    if (const auto* launch = std::get_if<wire::action::StartLaunch>(&action)) {
+      return handle_launch_request(launch->request, launch->selftest);
+    }
+    if (const auto* query = std::get_if<wire::action::StatusQuery>(&action)) {
+      return handle_status_request(query->project_root);
+    }
   }
-  // Stream socket: only the fds can be cut off (MSG_CTRUNC; the kernel closed
-  // the rest).
-  const bool with_header = fds_allowed && have == 0 && static_cast<size_t>(n) == size;
-  if (truncated || (!fds.empty() && !with_header)) {
-    fds.clear();
-    reject(v1::ERROR_BAD_STDIO_FDS,
-           truncated ? "too many file descriptors attached to the request"
-                     : "file descriptors may only come with the request header, in one message");
-    return Received::kEnded;
-  }
-  if (!fds.empty()) passed_fds_ = std::move(fds);
-  have += static_cast<size_t>(n);
-  return have == size ? Received::kAll : Received::kMore;
-}
-
-void Session::read_preface() { wait_readable(&Session::receive_preface); }
-
-void Session::receive_preface() {
-  const Received got = receive_part(preface_.data(), preface_.size(), preface_have_, false);
-  if (got == Received::kEnded) return;
-  if (got == Received::kMore) return read_preface();
-  switch (wire::check_preface(preface_)) {
-    case wire::PrefaceCheck::kBadMagic:
-      return reject(v1::ERROR_BAD_PREFACE, "this is not a pando-helper client (bad preface)");
-    case wire::PrefaceCheck::kUnsupportedVersion:
-      return reject(v1::ERROR_UNSUPPORTED_VERSION,
-                    fmt::format("protocol version not supported; this daemon speaks version {}",
-                                wire::kProtocolVersion));
-    case wire::PrefaceCheck::kOk:
-      state_ = State::kRequest;
-      return read_request_header();
-  }
-}
-
-void Session::read_request_header() { wait_readable(&Session::receive_request_header); }
-
-void Session::receive_request_header() {
-  const Received got = receive_part(header_.data(), header_.size(), header_have_, true);
-  if (got == Received::kEnded) return;
-  if (got == Received::kMore) return read_request_header();
-  const wire::FrameHeader header = wire::decode_header(header_);
-  if (header.type != v1::FRAME_LAUNCH_REQUEST && header.type != v1::FRAME_STATUS_REQUEST &&
-      header.type != v1::FRAME_SELFTEST_REQUEST) {
-    return reject(v1::ERROR_UNEXPECTED_FRAME,
-                  fmt::format("expected a launch request, got frame type {}", header.type));
-  }
-  if (header.length > wire::max_payload(header.type)) {
-    return reject(v1::ERROR_FRAME_TOO_LARGE,
-                  fmt::format("frame of {} bytes is over the {} byte cap", header.length,
-                              wire::max_payload(header.type)));
-  }
-  request_type_ = header.type;
-  request_payload_.resize(header.length);
-  read_request_payload();
 }
 
 std::optional<wire::RequestError> Session::take_direct_stdio() {
@@ -262,26 +212,6 @@ std::optional<wire::RequestError> Session::take_direct_stdio() {
   return std::nullopt;
 }
 
-void Session::read_request_payload() {
-  // An empty payload (a status request without a project) is complete as is:
-  // a zero-byte read would look like end of file.
-  if (payload_have_ == request_payload_.size()) return handle_request();
-  wait_readable(&Session::receive_request_payload);
-}
-
-void Session::receive_request_payload() {
-  const Received got =
-      receive_part(request_payload_.data(), request_payload_.size(), payload_have_, false);
-  if (got == Received::kEnded) return;
-  if (got == Received::kMore) return read_request_payload();
-  handle_request();
-}
-
-void Session::handle_request() {
-  if (request_type_ == v1::FRAME_STATUS_REQUEST) return handle_status_request(request_payload_);
-  handle_launch_request(request_payload_);
-}
-
 std::optional<wire::RequestError> Session::resolve_off_loop(std::function<void()> work,
                                                             std::function<void()> done,
                                                             std::function<void()> timed_out) {
@@ -290,7 +220,7 @@ std::optional<wire::RequestError> Session::resolve_off_loop(std::function<void()
                          [self = shared_from_this(), done = std::move(done)] {
                            // Refused (timeout, shutdown) or gone meanwhile:
                            // what the thread made is dropped.
-                           if (self->state_ != State::kResolving) return;
+                           if (self->state() != State::kResolving) return;
                            self->handshake_timer_.cancel();
                            done();
                          });
@@ -300,7 +230,6 @@ std::optional<wire::RequestError> Session::resolve_off_loop(std::function<void()
   }
   // The thread holds the connection's pending slot now, until it returns.
   pending_ = false;
-  state_ = State::kResolving;
   watch_hangup();
   // A thread stuck in the kernel cannot be cancelled: the client gets its
   // answer in time anyway, and the thread keeps its slot.
@@ -308,22 +237,14 @@ std::optional<wire::RequestError> Session::resolve_off_loop(std::function<void()
       std::chrono::milliseconds(daemon_.config().handshake_timeout_ms()));
   handshake_timer_.async_wait([self = shared_from_this(), timed_out = std::move(timed_out)](
                                   const boost::system::error_code& ec) {
-    if (!ec && self->state_ == State::kResolving) timed_out();
+    if (!ec && self->state() == State::kResolving) timed_out();
   });
   return std::nullopt;
 }
 
-void Session::handle_status_request(const std::vector<uint8_t>& payload) {
+void Session::handle_status_request(const std::string& root) {
   handshake_timer_.cancel();
-  if (!passed_fds_.empty()) {
-    return reject(v1::ERROR_BAD_STDIO_FDS, "a status request takes no file descriptors");
-  }
-  v1::StatusRequest request;
-  if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-    return reject(v1::ERROR_MALFORMED_REQUEST, "status request does not parse");
-  }
   auto status = std::make_shared<v1::Status>(daemon_.status());
-  const std::string root = request.project_root();
   if (root.empty()) return send_status(*status);
   const auto add_layer = [status](bool available, const std::string& detail) {
     auto* layer = status->add_layers();
@@ -365,26 +286,15 @@ void Session::send_status(const v1::Status& status) {
   // The buffer must outlive the asynchronous write: the handler owns it.
   auto frame =
       std::make_shared<std::vector<uint8_t>>(wire::encode_message_frame(v1::FRAME_STATUS, status));
-  state_ = State::kClosed;
+  protocol_.close();
   asio::async_write(socket_, asio::buffer(*frame),
                     [self = shared_from_this(), frame](const boost::system::error_code&, size_t) {
                       self->close();
                     });
 }
 
-void Session::handle_launch_request(const std::vector<uint8_t>& payload) {
+void Session::handle_launch_request(const wire::ValidRequest& request, bool selftest) {
   handshake_timer_.cancel();
-  // A selftest is a launch whose program the daemon picks (make_selftest_plan).
-  const bool selftest = request_type_ == v1::FRAME_SELFTEST_REQUEST;
-  auto result =
-      selftest ? wire::validate_selftest_request(payload) : wire::validate_launch_request(payload);
-  if (auto* error = std::get_if<wire::RequestError>(&result)) {
-    return reject(error->code, error->message);
-  }
-  const auto request = std::get<wire::ValidRequest>(result);
-  if (selftest && !passed_fds_.empty()) {
-    return reject(v1::ERROR_BAD_STDIO_FDS, "a selftest request takes no file descriptors");
-  }
   if (auto error = take_direct_stdio()) return reject(error->code, error->message);
   direct_stdio_ = direct_.has_value();
   role_ = wire::role_name(request.role);
@@ -416,21 +326,22 @@ void Session::on_launch_prepared(PreparedLaunch& prepared) {
     log::warn("auth_home_skipped", {{"session", id_}, {"reason", prepared.auth_home_note}});
   }
   if (auto error = launch(prepared)) return reject(error->code, error->message);
-  state_ = State::kStarting;
+  protocol_.starting();
   watch_hangup();
   wait_for_control();
   // A launcher stuck in setup (e.g. on a hung filesystem) must not hold the
   // session and its client forever.
   handshake_timer_.expires_after(kSetupTimeout);
   handshake_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (!ec && self->state_ == State::kStarting) {
+    if (!ec && self->state() == State::kStarting) {
       self->reject(v1::ERROR_LAUNCH_FAILED, "the sandbox setup did not finish in time");
     }
   });
 }
 
 void Session::reject(v1::ErrorCode code, const std::string& message) {
-  if (state_ == State::kClosed) return;
+  // Not the state: the protocol core is already closed when the verdict is its own.
+  if (!socket_.is_open()) return;
   log::warn("launch_rejected", {{"session", id_},
                                 {"uid", static_cast<int64_t>(peer_.uid)},
                                 {"code", v1::ErrorCode_Name(code)},
@@ -549,7 +460,7 @@ void Session::handle_control_events() {
       // The launcher (init) is gone; its exit is handled through the pidfd.
       boost::system::error_code ignored;
       control_.close(ignored);
-      if (state_ == State::kStarting) {
+      if (state() == State::kStarting) {
         reject(v1::ERROR_LAUNCH_FAILED, "the sandbox launcher exited during setup");
       }
       return;
@@ -557,7 +468,7 @@ void Session::handle_control_events() {
     sbv1::SandboxEvent event;
     if (!event.ParseFromArray(buffer.data(), static_cast<int>(n))) continue;
     handle_sandbox_event(event);
-    if (state_ == State::kClosed) return;
+    if (state() == State::kClosed) return;
   }
 }
 
@@ -567,17 +478,17 @@ void Session::handle_sandbox_event(const sbv1::SandboxEvent& event) {
   // a delay: starting launchers while a short session runs slows it down.
   if (event.has_setup_failed()) daemon_.schedule_prestart();
   if (event.has_started()) daemon_.schedule_prestart_later();
-  if (event.has_setup_failed() && state_ == State::kStarting) {
+  if (event.has_setup_failed() && state() == State::kStarting) {
     const auto code = static_cast<v1::ErrorCode>(event.setup_failed().code());
     return reject(v1::ErrorCode_IsValid(code) ? code : v1::ERROR_LAUNCH_FAILED,
                   event.setup_failed().message());
   }
-  if (event.has_started() && state_ == State::kStarting) return begin_running();
+  if (event.has_started() && state() == State::kStarting) return begin_running();
   if (event.has_role_exited()) role_exit_ = event.role_exited();
 }
 
 void Session::begin_running() {
-  state_ = State::kRunning;
+  protocol_.running(direct_stdio_);
   accepted_ = true;
   handshake_timer_.cancel();
   v1::Accepted accepted;
@@ -601,7 +512,7 @@ void Session::watch_hangup() {
   socket_.async_wait(Socket::wait_error,
                      [self = shared_from_this()](const boost::system::error_code& ec) {
                        self->hangup_watch_ = false;
-                       if (ec || self->state_ == State::kClosed) return;
+                       if (ec || self->state() == State::kClosed) return;
                        pollfd pfd{self->socket_.native_handle(), POLLIN, 0};
                        if (poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLHUP | POLLERR))) {
                          return self->client_gone("client hung up");
@@ -610,141 +521,90 @@ void Session::watch_hangup() {
                      });
 }
 
-bool Session::handle_input_header() {
-  const wire::FrameHeader header = wire::decode_header(in_header_);
-  in_header_have_ = 0;
-  in_type_ = header.type;
-  const uint32_t cap = wire::max_payload(header.type);
-  switch (header.type) {
-    case v1::FRAME_STDIN_DATA:
-    case v1::FRAME_SIGNAL:
-      if (header.type == v1::FRAME_STDIN_DATA && direct_stdio_) {
-        reject(v1::ERROR_UNEXPECTED_FRAME, "stdin data on a session with direct stdio");
-        return false;
-      }
-      if (header.length > cap) {
-        reject(v1::ERROR_FRAME_TOO_LARGE,
-               fmt::format("frame of {} bytes is over the {} byte cap", header.length, cap));
-        return false;
-      }
-      if (header.type == v1::FRAME_STDIN_DATA && stdin_eof_received_) {
-        reject(v1::ERROR_UNEXPECTED_FRAME, "stdin data after stdin EOF");
-        return false;
-      }
-      in_remaining_ = header.length;
-      in_small_.clear();
-      if (header.type == v1::FRAME_SIGNAL && header.length == 0) {
-        reject(v1::ERROR_MALFORMED_REQUEST, "empty signal frame");
-        return false;
-      }
-      return true;
-    case v1::FRAME_STDIN_EOF:
-      if (direct_stdio_) {
-        reject(v1::ERROR_UNEXPECTED_FRAME, "stdin EOF on a session with direct stdio");
-        return false;
-      }
-      if (header.length != 0) {
-        reject(v1::ERROR_MALFORMED_REQUEST, "stdin EOF frame with a payload");
-        return false;
-      }
-      stdin_eof_received_ = true;
-      if (stdin_.is_open()) {
-        boost::system::error_code ignored;
-        stdin_.close(ignored);
-      }
-      return true;
-    case v1::FRAME_LAUNCH_REQUEST:
-      reject(v1::ERROR_DUPLICATE_REQUEST, "a second launch request on one connection");
-      return false;
-    default:
-      reject(v1::ERROR_UNEXPECTED_FRAME,
-             fmt::format("frame type {} is not allowed during a session", header.type));
-      return false;
-  }
+template <typename Waitable, typename WaitType>
+void Session::wait_input(Waitable& waitable, WaitType what) {
+  if (in_waiting_) return;
+  in_waiting_ = true;
+  waitable.async_wait(what, [self = shared_from_this()](const boost::system::error_code& ec) {
+    self->in_waiting_ = false;
+    if (!ec) self->pump_input();
+  });
 }
 
+void Session::close_stdin() {
+  boost::system::error_code ignored;
+  stdin_.close(ignored);
+}
+
+// Moves stdin data straight from the socket into the child's stdin pipe, or
+// drops it once the child closed its stdin. kContinue: moved some (or the
+// pipe closed); kWait: a waiter is armed or the client has no more yet.
+Session::Step Session::pass_stdin_data(int sock) {
+  if (!stdin_.is_open()) {
+    std::array<uint8_t, 16384> discard{};
+    const ssize_t n = recv(sock, discard.data(),
+                           std::min<size_t>(discard.size(), protocol_.data_left()), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) return Step::kContinue;
+    if (n < 0 && would_block(errno)) return Step::kWaitClient;
+    if (n <= 0) return Step::kGone;
+    protocol_.passed(static_cast<uint32_t>(n));
+    return Step::kContinue;
+  }
+  const ssize_t n = splice(sock, nullptr, stdin_.native_handle(), nullptr, protocol_.data_left(),
+                           SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+  if (n > 0) {
+    protocol_.passed(static_cast<uint32_t>(n));
+    return Step::kContinue;
+  }
+  if (n == 0) return Step::kGone;
+  if (errno == EINTR) return Step::kContinue;
+  if (!would_block(errno)) {
+    // The child closed its stdin (EPIPE): the rest of its input is dropped.
+    close_stdin();
+    return Step::kContinue;
+  }
+  pollfd fds[2] = {{sock, POLLIN, 0}, {stdin_.native_handle(), POLLOUT, 0}};
+  poll(fds, 2, 0);
+  if (!(fds[0].revents & POLLIN)) return Step::kWaitClient;
+  if (fds[1].revents & POLLOUT) return Step::kContinue;
+  if (fds[1].revents & (POLLERR | POLLHUP)) {
+    close_stdin();
+    return Step::kContinue;
+  }
+  wait_input(stdin_, Descriptor::wait_write);
+  return Step::kWaitPipe;
+}
+
+// Frames from the client, read exactly as far as the protocol core wants:
+// headers and signal payloads through a small buffer, stdin data never (it is
+// spliced by pass_stdin_data()).
 void Session::pump_input() {
   const int sock = socket_.native_handle();
-  while (state_ == State::kRunning && !client_gone_) {
-    if (in_remaining_ == 0) {
-      const ssize_t n = recv(sock, in_header_.data() + in_header_have_,
-                             in_header_.size() - in_header_have_, MSG_DONTWAIT);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && would_block(errno)) break;
-      if (n <= 0) return client_gone(n == 0 ? "client closed the connection" : "client read error");
-      in_header_have_ += static_cast<size_t>(n);
-      if (in_header_have_ < in_header_.size()) continue;
-      if (!handle_input_header()) return;
+  std::array<uint8_t, wire::kMaxControlPayload> buffer{};
+  while (state() == State::kRunning && !client_gone_) {
+    if (protocol_.data_left() > 0) {
+      const Step step = pass_stdin_data(sock);
+      if (step == Step::kGone) return client_gone("client closed the connection mid-frame");
+      if (step == Step::kWaitPipe) return;
+      if (step == Step::kWaitClient) break;
       continue;
     }
-    if (in_type_ == v1::FRAME_SIGNAL) {
-      std::array<uint8_t, 64> chunk{};
-      const ssize_t n =
-          recv(sock, chunk.data(), std::min<size_t>(chunk.size(), in_remaining_), MSG_DONTWAIT);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && would_block(errno)) break;
-      if (n <= 0) return client_gone("client closed the connection");
-      in_small_.insert(in_small_.end(), chunk.begin(), chunk.begin() + n);
-      in_remaining_ -= static_cast<uint32_t>(n);
-      if (in_remaining_ > 0) continue;
-      v1::SignalRequest request;
-      const int signo = request.ParseFromArray(in_small_.data(), static_cast<int>(in_small_.size()))
-                            ? signal_number(request.signal())
-                            : 0;
-      if (signo == 0) return reject(v1::ERROR_MALFORMED_REQUEST, "unknown signal in signal frame");
-      if (pidfd_.is_open())
-        syscall(SYS_pidfd_send_signal, pidfd_.native_handle(), signo, nullptr, 0);
-      continue;
-    }
-    // Stdin data: straight from the socket into the child's stdin pipe.
-    if (stdin_.is_open()) {
-      const ssize_t n = splice(sock, nullptr, stdin_.native_handle(), nullptr, in_remaining_,
-                               SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
-      if (n > 0) {
-        in_remaining_ -= static_cast<uint32_t>(n);
-        continue;
-      }
-      if (n == 0) return client_gone("client closed the connection mid-frame");
-      if (errno == EINTR) continue;
-      if (would_block(errno)) {
-        pollfd fds[2] = {{sock, POLLIN, 0}, {stdin_.native_handle(), POLLOUT, 0}};
-        poll(fds, 2, 0);
-        if (!(fds[0].revents & POLLIN)) break;  // wait for the client
-        if (fds[1].revents & POLLOUT) continue;
-        if (fds[1].revents & (POLLERR | POLLHUP)) {
-          boost::system::error_code ignored;
-          stdin_.close(ignored);
-          continue;
-        }
-        if (in_waiting_) return;
-        in_waiting_ = true;
-        stdin_.async_wait(Descriptor::wait_write,
-                          [self = shared_from_this()](const boost::system::error_code& ec) {
-                            self->in_waiting_ = false;
-                            if (!ec) self->pump_input();
-                          });
-        return;
-      }
-      // The child closed its stdin (EPIPE): the rest of its input is dropped.
-      boost::system::error_code ignored;
-      stdin_.close(ignored);
-      continue;
-    }
-    std::array<uint8_t, 16384> discard{};
-    const ssize_t n =
-        recv(sock, discard.data(), std::min<size_t>(discard.size(), in_remaining_), MSG_DONTWAIT);
+    const ssize_t n = recv(sock, buffer.data(), protocol_.want(), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && would_block(errno)) break;
-    if (n <= 0) return client_gone("client closed the connection");
-    in_remaining_ -= static_cast<uint32_t>(n);
+    if (n <= 0) return client_gone(n == 0 ? "client closed the connection" : "client read error");
+    const wire::Action action = protocol_.feed(std::span(buffer.data(), static_cast<size_t>(n)));
+    if (const auto* refused = std::get_if<wire::action::Reject>(&action)) {
+      return reject(refused->code, refused->message);
+    }
+    if (std::holds_alternative<wire::action::StdinEof>(action) && stdin_.is_open()) close_stdin();
+    if (const auto* signal = std::get_if<wire::action::SignalRole>(&action);
+        signal != nullptr && pidfd_.is_open()) {
+      syscall(SYS_pidfd_send_signal, pidfd_.native_handle(), signal->signo, nullptr, 0);
+    }
   }
-  if (state_ != State::kRunning || client_gone_ || in_waiting_) return;
-  in_waiting_ = true;
-  socket_.async_wait(Socket::wait_read,
-                     [self = shared_from_this()](const boost::system::error_code& ec) {
-                       self->in_waiting_ = false;
-                       if (!ec) self->pump_input();
-                     });
+  if (state() != State::kRunning || client_gone_) return;
+  wait_input(socket_, Socket::wait_read);
 }
 
 // --- child stdout/stderr -> client -----------------------------------------
@@ -813,7 +673,7 @@ bool Session::start_output_frame(OutputPipe& pipe) {
 }
 
 void Session::pump_output() {
-  if (client_gone_ || state_ == State::kClosed) return;
+  if (client_gone_ || state() == State::kClosed) return;
   const int sock = socket_.native_handle();
   for (;;) {
     if (out_sent_ < out_pending_.size()) {
@@ -843,7 +703,7 @@ void Session::pump_output() {
       return client_gone("client write error");
     }
     if (sent_exit_) return close();
-    if (state_ != State::kRunning) return;
+    if (state() != State::kRunning) return;
     OutputPipe& first = prefer_stderr_ ? stderr_ : stdout_;
     OutputPipe& second = prefer_stderr_ ? stdout_ : stderr_;
     prefer_stderr_ = !prefer_stderr_;
@@ -865,14 +725,14 @@ void Session::on_sandbox_exited() {
     log::error("waitid_failed", {{"session", id_}, {"error", std::string(strerror(errno))}});
   }
   sandbox_reaped_ = true;
-  if (state_ == State::kStarting) {
+  if (state() == State::kStarting) {
     return reject(v1::ERROR_LAUNCH_FAILED, "the sandbox launcher exited during setup");
   }
   if (!role_exit_ && cgroup_) {
     // Init died without a report: make sure nothing of the session survives.
     cgroup_->kill_all();
   }
-  if (state_ == State::kClosed) return close();
+  if (state() == State::kClosed) return close();
   maybe_finish();
 }
 
@@ -895,13 +755,13 @@ void Session::client_gone(const char* why) {
 }
 
 void Session::shut_down() {
-  if (state_ == State::kPreface || state_ == State::kRequest || state_ == State::kResolving) {
+  if (state() == State::kPreface || state() == State::kRequest || state() == State::kResolving) {
     return reject(v1::ERROR_SHUTTING_DOWN, "the daemon is shutting down");
   }
-  if (state_ == State::kClosed) return;
+  if (state() == State::kClosed) return;
   end_reason_ = v1::END_DAEMON_SHUTDOWN;
   end_message_ = "the helper daemon is shutting down";
-  if (state_ == State::kStarting) {
+  if (state() == State::kStarting) {
     kill_sandbox();
     return reject(v1::ERROR_SHUTTING_DOWN, "the daemon is shutting down");
   }
@@ -911,7 +771,7 @@ void Session::shut_down() {
 void Session::maybe_finish() {
   if (!sandbox_reaped_) return;
   if (client_gone_) return close();
-  if (state_ != State::kRunning || sent_exit_) return;
+  if (state() != State::kRunning || sent_exit_) return;
   if (!stdout_.eof || !stderr_.eof || out_splice_remaining_ > 0) return;
   send_exit();
 }
@@ -996,7 +856,7 @@ void Session::send_exit() {
 
 void Session::close() {
   boost::system::error_code ignored;
-  state_ = State::kClosed;
+  protocol_.close();
   handshake_timer_.cancel();
   socket_.close(ignored);
   if (launched_ && !sandbox_reaped_) {
