@@ -14,12 +14,12 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <system_error>
 
 #include "common/fd_passing.h"
 #include "common/json_log.h"
 #include "daemon/sandbox/mounts.h"
 #include "daemon/sandbox/seccomp.h"
+#include "proto/error.h"
 
 namespace pando::daemon {
 
@@ -33,9 +33,7 @@ constexpr int kParkFloor = 64;
 // Above every fd the template keeps (mounts.h); close-on-exec.
 constexpr int kLauncherExecFd = sandbox::kSeccompProgramFd + 1;
 
-[[noreturn]] void fail(const char* what) {
-  throw std::system_error(errno, std::generic_category(), what);
-}
+[[noreturn]] void fail(const char* what) { throw_errno(what, helper::v1::ERROR_LAUNCH_FAILED); }
 
 UniqueFd park(int fd) {
   const int parked = fcntl(fd, F_DUPFD_CLOEXEC, kParkFloor);

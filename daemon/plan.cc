@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/accounts.h"
+#include "proto/error.h"
 #include "proto/request_validation.h"
 
 namespace pando::daemon {
@@ -39,19 +40,18 @@ std::vector<std::string> substitute_argv(const RoleConfig& role_config,
   return argv;
 }
 
-std::variant<sbv1::SandboxPlan, wire::RequestError> build_plan(
-    const std::string& session_id, v1::Role role, const RoleConfig& role_config,
-    const PeerIdentity& peer, const ResolvedProject& project, const DaemonConfig& config) {
+sbv1::SandboxPlan build_plan(const std::string& session_id, v1::Role role,
+                             const RoleConfig& role_config, const PeerIdentity& peer,
+                             const ResolvedProject& project, const DaemonConfig& config) {
   const std::optional<accounts::User> account = accounts::user_by_name(role_config.user());
   if (!account) {
-    return wire::RequestError{
-        v1::ERROR_ROLE_NOT_CONFIGURED,
-        "role user " + role_config.user() +
-            " does not exist; run `pando-helper security setup-users` as root"};
+    throw Error(v1::ERROR_ROLE_NOT_CONFIGURED,
+                "role user " + role_config.user() +
+                    " does not exist; run `pando-helper security setup-users` as root");
   }
   if (account->uid == 0 || account->gid == 0) {
-    return wire::RequestError{v1::ERROR_ROLE_NOT_CONFIGURED,
-                              "role user " + role_config.user() + " must not be root"};
+    throw Error(v1::ERROR_ROLE_NOT_CONFIGURED,
+                "role user " + role_config.user() + " must not be root");
   }
   const std::string role_name = wire::role_name(role);
   const std::string sandbox_home = project.path + "/.pando-sandbox/" + role_name;

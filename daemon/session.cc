@@ -1,31 +1,24 @@
 #include "daemon/session.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <optional>
-#include <system_error>
 
 #include "common/accounts.h"
 #include "common/fd_passing.h"
 #include "common/json_log.h"
 #include "daemon/daemon.h"
-#include "daemon/plan.h"
 #include "daemon/project_root.h"
-#include "daemon/sandbox/mounts.h"
-#include "daemon/selftest.h"
 #include "proto/error.h"
 
 namespace pando::daemon {
@@ -42,65 +35,12 @@ bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 
 }  // namespace
 
-// What a launch's thread (Daemon::run_off_loop) hands back to the event loop.
-struct PreparedLaunch {
-  std::optional<wire::RequestError> error;
-  sbv1::SandboxPlan plan;
-  sandbox::PlanTrees trees;  // idmapped clones of the caller's directories, runtime paths
-  std::string auth_home_note;
+// What a launch's thread hands back to the event loop: the prepared launch,
+// or what it threw, rethrown on the loop (a thread's work must not throw).
+struct Session::Prepared {
+  PreparedLaunch launch;
+  std::exception_ptr error;
 };
-
-namespace {
-
-// On a thread of its own: everything of a launch that touches a filesystem
-// (resolving the project as the caller, creating .pando-sandbox, the idmapped
-// clones, the runtime paths' clones), which a hung one can block in the
-// kernel. Of the daemon it uses only what is safe from any thread (config,
-// idmap_userns).
-void prepare_launch(Daemon& daemon, const PeerIdentity& peer, const std::string& session_id,
-                    const wire::ValidRequest& request, bool selftest, PreparedLaunch& out) {
-  try {
-    const std::string role = wire::role_name(request.role);
-    auto resolved = resolve_project(peer, request.project_root, role);
-    if (auto* error = std::get_if<wire::RequestError>(&resolved)) {
-      out.error = *error;
-      return;
-    }
-    const auto& project = std::get<ResolvedProject>(resolved);
-    out.auth_home_note = project.auth_home_note;
-    auto plan = build_plan(session_id, request.role, daemon.role_config(role), peer, project,
-                           daemon.config());
-    if (auto* error = std::get_if<wire::RequestError>(&plan)) {
-      out.error = *error;
-      return;
-    }
-    out.plan = std::move(std::get<sbv1::SandboxPlan>(plan));
-    if (selftest) {
-      if (auto error = make_selftest_plan(daemon, peer, out.plan)) {
-        out.error = *error;
-        return;
-      }
-    }
-    // The caller's directories, idmapped here: an unsupported filesystem is
-    // refused before any launcher is involved.
-    const sbv1::IdMapping& ids = out.plan.ids();
-    const UniqueFd userns =
-        daemon.idmap_userns(ids.caller_uid(), ids.caller_gid(), ids.role_uid(), ids.role_gid());
-    out.trees.caller = sandbox::clone_caller_trees(
-        out.plan.project_root(), project.root.get(), project.sandbox_dir.get(),
-        project.auth_home.valid() ? project.auth_home.get() : -1, userns.get(),
-        out.plan.project_writable());
-    for (const std::string& path : out.plan.runtime_paths()) {
-      out.trees.runtime.push_back(sandbox::clone_runtime_tree(path));
-    }
-  } catch (const pando::Error& e) {
-    out.error = wire::RequestError{e.code(), e.what()};
-  } catch (const std::exception& e) {
-    out.error = wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};
-  }
-}
-
-}  // namespace
 
 Session::Session(Daemon& daemon, Socket socket, PeerIdentity peer, std::string id)
     : daemon_(daemon),
@@ -167,67 +107,38 @@ void Session::receive_request() {
       return reject(refused->code, refused->message);
     }
     if (const auto* launch = std::get_if<wire::action::StartLaunch>(&action)) {
-      return handle_launch_request(launch->request, launch->selftest);
+      return guarded([&] { handle_launch_request(launch->request, launch->selftest); });
     }
     if (const auto* query = std::get_if<wire::action::StatusQuery>(&action)) {
-      return handle_status_request(query->project_root);
+      return guarded([&] { handle_status_request(query->project_root); });
     }
   }
 }
 
-std::optional<wire::RequestError> Session::take_direct_stdio() {
-  if (passed_fds_.empty()) return std::nullopt;
-  const auto bad = [](const std::string& why) {
-    return wire::RequestError{v1::ERROR_BAD_STDIO_FDS, why};
-  };
-  if (passed_fds_.size() != 2) {
-    return bad("direct stdio takes exactly two fds (stdin, stdout), got " +
-               std::to_string(passed_fds_.size()));
-  }
-  // Only anonymous pipes: a terminal (TIOCSTI), a socket or a file of the
-  // caller's would hand the role more than a byte stream; a named FIFO is a
-  // file on a filesystem (reopened through /proc/self/fd, with any mode the
-  // role may ask for); an O_PATH fd is no stream at all.
-  for (size_t i = 0; i < 2; ++i) {
-    const std::string name = i == 0 ? "stdin" : "stdout";
-    const int fd = passed_fds_[i].get();
-    struct stat st {};
-    struct statfs fs {};
-    const int flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || fstat(fd, &st) != 0 || fstatfs(fd, &fs) != 0) {
-      return bad(name + " fd cannot be inspected: " + std::strerror(errno));
-    }
-    if (flags & O_PATH) return bad(name + " fd is an O_PATH descriptor, not a pipe");
-    if (!S_ISFIFO(st.st_mode)) return bad(name + " fd is not a pipe");
-    if (fs.f_type != PIPEFS_MAGIC) return bad(name + " fd is a named FIFO, not an anonymous pipe");
-    const int mode = flags & O_ACCMODE;
-    if ((i == 0 && mode == O_WRONLY) || (i == 1 && mode == O_RDONLY)) {
-      return bad(i == 0 ? "stdin fd is not readable" : "stdout fd is not writable");
-    }
-  }
-  direct_.emplace();
-  direct_->stdin_read = std::move(passed_fds_[0]);
-  direct_->stdout_write = std::move(passed_fds_[1]);
-  passed_fds_.clear();
-  return std::nullopt;
-}
-
-std::optional<wire::RequestError> Session::resolve_off_loop(std::function<void()> work,
-                                                            std::function<void()> done,
-                                                            std::function<void()> timed_out) {
+// The one place a request's pando::Error becomes the client's answer.
+template <typename Work>
+void Session::guarded(Work&& work) {
   try {
-    daemon_.run_off_loop(peer_.uid, std::move(work),
-                         [self = shared_from_this(), done = std::move(done)] {
-                           // Refused (timeout, shutdown) or gone meanwhile:
-                           // what the thread made is dropped.
-                           if (self->state() != State::kResolving) return;
-                           self->handshake_timer_.cancel();
-                           done();
-                         });
-  } catch (const std::system_error& e) {
-    return wire::RequestError{v1::ERROR_LAUNCH_FAILED,
-                              std::string("cannot start a thread for the project: ") + e.what()};
+    work();
+  } catch (const Error& e) {
+    reject(e.code(), e.what());
+  } catch (const std::exception& e) {
+    // Code that does not throw pando::Error yet (asio, std, cgroups.cc): as before, a launch
+    // that could not be set up.
+    reject(v1::ERROR_LAUNCH_FAILED, e.what());
   }
+}
+
+void Session::resolve_off_loop(std::function<void()> work, std::function<void()> done,
+                               std::function<void()> timed_out) {
+  daemon_.run_off_loop(peer_.uid, std::move(work),
+                       [self = shared_from_this(), done = std::move(done)] {
+                         // Refused (timeout, shutdown) or gone meanwhile:
+                         // what the thread made is dropped.
+                         if (self->state() != State::kResolving) return;
+                         self->handshake_timer_.cancel();
+                         self->guarded(done);
+                       });
   // The thread holds the connection's pending slot now, until it returns.
   pending_ = false;
   watch_hangup();
@@ -239,7 +150,6 @@ std::optional<wire::RequestError> Session::resolve_off_loop(std::function<void()
                                   const boost::system::error_code& ec) {
     if (!ec && self->state() == State::kResolving) timed_out();
   });
-  return std::nullopt;
 }
 
 void Session::handle_status_request(const std::string& root) {
@@ -252,19 +162,16 @@ void Session::handle_status_request(const std::string& root) {
     layer->set_available(available);
     layer->set_detail(detail);
   };
-  if (const auto error = wire::check_project_root_string(root);
-      error.code != v1::ERROR_UNSPECIFIED) {
-    add_layer(false, root + ": " + error.message);
-    return send_status(*status);
-  }
   const RoleConfig& role = daemon_.config().workspace();
   const std::optional<accounts::User> user = accounts::user_by_name(role.user());
   const uid_t role_uid = user ? user->uid : 65534;
   const gid_t role_gid = user ? user->gid : 65534;
   auto check = std::make_shared<ProjectIdmapCheck>();
-  const auto error = resolve_off_loop(
+  resolve_off_loop(
       [check, peer = peer_, root, role_uid, role_gid] {
+        // Not a failure of the request: what status says of this project.
         try {
+          wire::check_project_root_string(root);
           *check = check_project_idmap(peer, root, role_uid, role_gid);
         } catch (const std::exception& e) {
           *check = {false, root + ": " + e.what()};
@@ -279,7 +186,6 @@ void Session::handle_status_request(const std::string& root) {
                                      daemon_.config().handshake_timeout_ms()));
         send_status(*status);
       });
-  if (error) reject(error->code, error->message);
 }
 
 void Session::send_status(const v1::Status& status) {
@@ -293,9 +199,11 @@ void Session::send_status(const v1::Status& status) {
                     });
 }
 
+// SECURITY.md's "In the daemon" steps, from the request on: the steps
+// themselves are in daemon/launch_pipeline.cc; this is their I/O.
 void Session::handle_launch_request(const wire::ValidRequest& request, bool selftest) {
   handshake_timer_.cancel();
-  if (auto error = take_direct_stdio()) return reject(error->code, error->message);
+  direct_ = take_direct_stdio(passed_fds_);
   direct_stdio_ = direct_.has_value();
   role_ = wire::role_name(request.role);
   project_root_ = request.project_root;
@@ -305,11 +213,16 @@ void Session::handle_launch_request(const wire::ValidRequest& request, bool self
                                  {"role", role_},
                                  {"project_root", project_root_},
                                  {"selftest", selftest}});
-  if (auto error = admit_launch()) return reject(error->code, error->message);
-  auto prepared = std::make_shared<PreparedLaunch>();
-  const auto error = resolve_off_loop(
+  admit_caller(daemon_, peer_);
+  reserved_ = true;
+  auto prepared = std::make_shared<Prepared>();
+  resolve_off_loop(
       [&daemon = daemon_, prepared, peer = peer_, id = id_, request, selftest] {
-        prepare_launch(daemon, peer, id, request, selftest, *prepared);
+        try {
+          prepared->launch = prepare_launch(daemon, peer, id, request, selftest);
+        } catch (...) {
+          prepared->error = std::current_exception();
+        }
       },
       [this, prepared] { on_launch_prepared(*prepared); },
       [this] {
@@ -317,15 +230,28 @@ void Session::handle_launch_request(const wire::ValidRequest& request, bool self
                fmt::format("project {} did not answer within {} ms (is its filesystem hung?)",
                            project_root_, daemon_.config().handshake_timeout_ms()));
       });
-  if (error) reject(error->code, error->message);
 }
 
-void Session::on_launch_prepared(PreparedLaunch& prepared) {
-  if (prepared.error) return reject(prepared.error->code, prepared.error->message);
-  if (!prepared.auth_home_note.empty()) {
-    log::warn("auth_home_skipped", {{"session", id_}, {"reason", prepared.auth_home_note}});
+void Session::on_launch_prepared(Prepared& prepared) {
+  if (prepared.error) std::rethrow_exception(prepared.error);
+  if (!prepared.launch.auth_home_note.empty()) {
+    log::warn("auth_home_skipped", {{"session", id_}, {"reason", prepared.launch.auth_home_note}});
   }
-  if (auto error = launch(prepared)) return reject(error->code, error->message);
+  start_launch(daemon_, id_, peer_, role_, prepared.launch, direct_ ? &*direct_ : nullptr, launch_);
+  watch_launcher();
+  control_.assign(launch_.sandbox.control.release());
+  if (direct_) {
+    // The role holds the caller's pipes itself; the daemon keeps no copy.
+    direct_.reset();
+    stdout_.eof = true;
+  } else {
+    stdin_.assign(launch_.stdio.stdin_write.release());
+    stdout_.descriptor.assign(launch_.stdio.stdout_read.release());
+    stdin_.non_blocking(true);
+    stdout_.descriptor.non_blocking(true);
+  }
+  stderr_.descriptor.assign(launch_.stdio.stderr_read.release());
+  stderr_.descriptor.non_blocking(true);
   protocol_.starting();
   watch_hangup();
   wait_for_control();
@@ -339,6 +265,18 @@ void Session::on_launch_prepared(PreparedLaunch& prepared) {
   });
 }
 
+// The session's launcher, once taken (also when a later step failed): its
+// exit is watched through the pidfd, and close() waits for it.
+void Session::watch_launcher() {
+  if (launched_ || !launch_.sandbox.pidfd.valid()) return;
+  launched_ = true;
+  pidfd_.assign(launch_.sandbox.pidfd.release());
+  pidfd_.async_wait(Descriptor::wait_read,
+                    [self = shared_from_this()](const boost::system::error_code& ec) {
+                      if (!ec) self->on_sandbox_exited();
+                    });
+}
+
 void Session::reject(v1::ErrorCode code, const std::string& message) {
   // Not the state: the protocol core is already closed when the verdict is its own.
   if (!socket_.is_open()) return;
@@ -346,6 +284,7 @@ void Session::reject(v1::ErrorCode code, const std::string& message) {
                                 {"uid", static_cast<int64_t>(peer_.uid)},
                                 {"code", v1::ErrorCode_Name(code)},
                                 {"message", message}});
+  watch_launcher();
   if (launched_) {
     end_reason_ = v1::END_PROTOCOL_ERROR;
     kill_sandbox();
@@ -369,76 +308,6 @@ void Session::reject(v1::ErrorCode code, const std::string& message) {
   boost::system::error_code ignored;
   socket_.shutdown(Socket::shutdown_both, ignored);
   close();
-}
-
-std::optional<wire::RequestError> Session::admit_launch() {
-  if (daemon_.shutting_down()) {
-    return wire::RequestError{v1::ERROR_SHUTTING_DOWN, "the daemon is shutting down"};
-  }
-  if (peer_.uid == 0 || peer_.gid == 0) {
-    return wire::RequestError{v1::ERROR_CALLER_IS_ROOT,
-                              "root cannot launch a role; run the client as the project's owner"};
-  }
-  if (auto error = daemon_.reserve_session(peer_.uid)) return error;
-  reserved_ = true;
-  return std::nullopt;
-}
-
-std::optional<wire::RequestError> Session::launch(PreparedLaunch& prepared) {
-  const RoleConfig& role_config = daemon_.role_config(role_);
-  const sbv1::SandboxPlan& sandbox_plan = prepared.plan;
-  const sandbox::PlanTrees& trees = prepared.trees;
-  try {
-    cgroup_ = daemon_.create_session_cgroup(id_, peer_.uid, role_config);
-  } catch (const std::exception& e) {
-    return wire::RequestError{v1::ERROR_CGROUP_UNAVAILABLE, e.what()};
-  }
-  SessionStdio stdio;
-  try {
-    stdio = make_session_stdio(direct_ ? &*direct_ : nullptr);
-    sandbox_ = daemon_.take_sandbox();
-  } catch (const std::exception& e) {
-    return wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};
-  }
-  launched_ = true;
-  pidfd_.assign(sandbox_.pidfd.release());
-  pidfd_.async_wait(Descriptor::wait_read,
-                    [self = shared_from_this()](const boost::system::error_code& ec) {
-                      if (!ec) self->on_sandbox_exited();
-                    });
-  // Limits and accounting hold before the role exists: the launcher waits
-  // for its plan, which comes only once it is in the session's cgroups.
-  try {
-    if (cgroup_) cgroup_->add_process(sandbox_.pid);
-  } catch (const std::exception& e) {
-    kill_sandbox();
-    return wire::RequestError{v1::ERROR_CGROUP_UNAVAILABLE, e.what()};
-  }
-  std::vector<int> fds = {stdio.child[0].get(), stdio.child[1].get(), stdio.child[2].get(),
-                          trees.caller.project.get(), trees.caller.sandbox_dir.get()};
-  if (trees.caller.auth_home.valid()) fds.push_back(trees.caller.auth_home.get());
-  for (const UniqueFd& tree : trees.runtime) fds.push_back(tree.get());
-  try {
-    send_plan(sandbox_.control.get(), sandbox_plan.SerializeAsString(), fds);
-  } catch (const std::exception& e) {
-    kill_sandbox();
-    return wire::RequestError{v1::ERROR_LAUNCH_FAILED,
-                              std::string("cannot hand the plan to the launcher: ") + e.what()};
-  }
-  control_.assign(sandbox_.control.release());
-  if (direct_) {
-    // The role holds the caller's pipes itself; the daemon keeps no copy.
-    direct_.reset();
-    stdout_.eof = true;
-  } else {
-    stdin_.assign(stdio.stdin_write.release());
-    stdout_.descriptor.assign(stdio.stdout_read.release());
-    stdin_.non_blocking(true);
-    stdout_.descriptor.non_blocking(true);
-  }
-  stderr_.descriptor.assign(stdio.stderr_read.release());
-  stderr_.descriptor.non_blocking(true);
-  return std::nullopt;
 }
 
 void Session::wait_for_control() {
@@ -497,7 +366,7 @@ void Session::begin_running() {
   log::info("session_started", {{"session", id_},
                                 {"uid", static_cast<int64_t>(peer_.uid)},
                                 {"role", role_},
-                                {"sandbox_pid", static_cast<int64_t>(sandbox_.pid)}});
+                                {"sandbox_pid", static_cast<int64_t>(launch_.sandbox.pid)}});
   pump_output();
   pump_input();
 }
@@ -728,9 +597,9 @@ void Session::on_sandbox_exited() {
   if (state() == State::kStarting) {
     return reject(v1::ERROR_LAUNCH_FAILED, "the sandbox launcher exited during setup");
   }
-  if (!role_exit_ && cgroup_) {
+  if (!role_exit_ && launch_.cgroup) {
     // Init died without a report: make sure nothing of the session survives.
-    cgroup_->kill_all();
+    launch_.cgroup->kill_all();
   }
   if (state() == State::kClosed) return close();
   maybe_finish();
@@ -740,7 +609,7 @@ void Session::kill_sandbox() {
   if (pidfd_.is_open() && !sandbox_reaped_) {
     syscall(SYS_pidfd_send_signal, pidfd_.native_handle(), SIGKILL, nullptr, 0);
   }
-  if (cgroup_) cgroup_->kill_all();
+  if (launch_.cgroup) launch_.cgroup->kill_all();
 }
 
 void Session::client_gone(const char* why) {
@@ -848,7 +717,7 @@ void Session::send_exit() {
   // Only what decides the reason is read while the client waits; close()
   // reads the rest of the accounting for the log.
   SessionUsage events{};
-  if (cgroup_) events = cgroup_->limit_events();
+  if (launch_.cgroup) events = launch_.cgroup->limit_events();
   sent_exit_ = build_exit(events);
   queue_frame(v1::FRAME_EXIT, *sent_exit_);
   pump_output();
@@ -870,7 +739,7 @@ void Session::close() {
     // Every launched session is accounted, also when no Exit frame went out
     // (client gone, protocol error, shutdown during setup).
     SessionUsage usage{};
-    if (cgroup_) usage = cgroup_->usage();
+    if (launch_.cgroup) usage = launch_.cgroup->usage();
     if (sent_exit_) {
       log_session_end(*sent_exit_, usage, v1::EndReason_Name(sent_exit_->reason()));
     } else {
@@ -885,10 +754,10 @@ void Session::close() {
   stdout_.descriptor.close(ignored);
   stderr_.descriptor.close(ignored);
   pidfd_.close(ignored);
-  if (cgroup_) {
-    cgroup_->kill_all();
-    if (!cgroup_->remove()) daemon_.defer_cgroup_removal(std::move(cgroup_));
-    cgroup_.reset();
+  if (launch_.cgroup) {
+    launch_.cgroup->kill_all();
+    if (!launch_.cgroup->remove()) daemon_.defer_cgroup_removal(std::move(launch_.cgroup));
+    launch_.cgroup.reset();
   }
   if (reserved_) daemon_.release_session(peer_.uid);
   reserved_ = false;

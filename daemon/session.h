@@ -22,6 +22,7 @@
 #include "common/unique_fd.h"
 #include "daemon/cgroups.h"
 #include "daemon/launch.h"
+#include "daemon/launch_pipeline.h"
 #include "daemon/peer_identity.h"
 #include "proto/framing.h"
 #include "proto/helper.pb.h"
@@ -32,7 +33,6 @@
 namespace pando::daemon {
 
 class Daemon;
-struct PreparedLaunch;
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -71,7 +71,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Handshake.
   void wait_readable();
   void receive_request();
-  std::optional<wire::RequestError> take_direct_stdio();
+  template <typename Work>
+  void guarded(Work&& work);
   void handle_launch_request(const wire::ValidRequest& request, bool selftest);
   void handle_status_request(const std::string& root);
   void send_status(const pando::helper::v1::Status& status);
@@ -79,14 +80,14 @@ class Session : public std::enable_shared_from_this<Session> {
   // own with this connection's pending slot; `done` runs on the event loop,
   // only while the session still waits for it. Past the handshake timeout
   // `timed_out` runs instead.
-  std::optional<wire::RequestError> resolve_off_loop(std::function<void()> work,
-                                                     std::function<void()> done,
-                                                     std::function<void()> timed_out);
+  // Throws when no thread can be started.
+  void resolve_off_loop(std::function<void()> work, std::function<void()> done,
+                        std::function<void()> timed_out);
 
   // Launch.
-  std::optional<wire::RequestError> admit_launch();
-  void on_launch_prepared(PreparedLaunch& prepared);
-  std::optional<wire::RequestError> launch(PreparedLaunch& prepared);
+  struct Prepared;
+  void on_launch_prepared(Prepared& prepared);
+  void watch_launcher();
   void wait_for_control();
   void handle_control_events();
   void handle_sandbox_event(const pando::helper::sandbox::v1::SandboxEvent& event);
@@ -139,8 +140,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool reserved_ = false;
   std::string role_;
   std::string project_root_;
-  std::unique_ptr<SessionCgroup> cgroup_;
-  StartedSandbox sandbox_;
+  LaunchedSandbox launch_;
   Descriptor control_;
   Descriptor pidfd_;
   Descriptor stdin_;

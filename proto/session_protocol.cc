@@ -4,6 +4,8 @@
 #include <csignal>
 #include <string>
 
+#include "proto/error.h"
+
 namespace pando::wire {
 
 namespace v1 = pando::helper::v1;
@@ -115,6 +117,65 @@ int signal_number(v1::Signal signal) {
 template <typename Message>
 bool parse(Message& message, const std::vector<uint8_t>& payload) {
   return message.ParseFromArray(payload.data(), static_cast<int>(payload.size()));
+}
+
+// A whole control frame's payload, by what its row says it means; a Reject
+// when it does not parse. The daemon's answers are shown as they come.
+Action decode_control(Meaning meaning, const std::vector<uint8_t>& payload) {
+  const auto malformed = [](std::string message) {
+    return action::Reject{v1::ERROR_MALFORMED_REQUEST, std::move(message)};
+  };
+  switch (meaning) {
+    case Meaning::kLaunch:
+    case Meaning::kSelftest:
+      try {
+        const bool selftest = meaning == Meaning::kSelftest;
+        return action::StartLaunch{
+            selftest ? validate_selftest_request(payload) : validate_launch_request(payload),
+            selftest};
+      } catch (const Error& e) {
+        // The validator's refusal is this core's verdict, like any other.
+        return action::Reject{e.code(), e.what()};
+      }
+    case Meaning::kStatusRequest: {
+      v1::StatusRequest request;
+      if (!parse(request, payload)) return malformed("status request does not parse");
+      return action::StatusQuery{request.project_root()};
+    }
+    case Meaning::kStdinEof:
+      return action::StdinEof{};
+    case Meaning::kSignal: {
+      v1::SignalRequest request;
+      const int signo = parse(request, payload) ? signal_number(request.signal()) : 0;
+      if (signo == 0) return malformed("unknown signal in signal frame");
+      return action::SignalRole{signo};
+    }
+    case Meaning::kAccepted: {
+      action::Accepted accepted;
+      parse(accepted.accepted, payload);
+      return accepted;
+    }
+    case Meaning::kRejected: {
+      action::Refused refused;
+      parse(refused.rejected, payload);
+      return refused;
+    }
+    case Meaning::kStatus: {
+      action::StatusReply reply;
+      if (!parse(reply.status, payload)) return malformed("the daemon sent an unreadable status");
+      return reply;
+    }
+    case Meaning::kExit: {
+      action::Exited exited;
+      if (!parse(exited.exit, payload))
+        return malformed("the daemon sent an unreadable exit status");
+      return exited;
+    }
+    case Meaning::kStdinData:
+    case Meaning::kOutputData:
+      break;
+  }
+  return action::Reject{v1::ERROR_INTERNAL, "a data frame has no control payload"};
 }
 
 }  // namespace
@@ -255,62 +316,10 @@ Action SessionProtocol::on_payload() {
   const FrameRule& rule = *rule_;
   rule_ = nullptr;
   state_ = rule.next;
-  switch (rule.meaning) {
-    case Meaning::kLaunch:
-    case Meaning::kSelftest: {
-      const bool selftest = rule.meaning == Meaning::kSelftest;
-      auto result =
-          selftest ? validate_selftest_request(payload_) : validate_launch_request(payload_);
-      if (auto* error = std::get_if<RequestError>(&result)) {
-        return reject(error->code, error->message);
-      }
-      return action::StartLaunch{std::get<ValidRequest>(std::move(result)), selftest};
-    }
-    case Meaning::kStatusRequest: {
-      v1::StatusRequest request;
-      if (!parse(request, payload_)) {
-        return reject(v1::ERROR_MALFORMED_REQUEST, "status request does not parse");
-      }
-      return action::StatusQuery{request.project_root()};
-    }
-    case Meaning::kStdinEof:
-      stdin_closed_ = true;
-      return action::StdinEof{};
-    case Meaning::kSignal: {
-      v1::SignalRequest request;
-      const int signo = parse(request, payload_) ? signal_number(request.signal()) : 0;
-      if (signo == 0) return reject(v1::ERROR_MALFORMED_REQUEST, "unknown signal in signal frame");
-      return action::SignalRole{signo};
-    }
-    case Meaning::kAccepted: {
-      action::Accepted accepted;
-      parse(accepted.accepted, payload_);
-      return accepted;
-    }
-    case Meaning::kRejected: {
-      action::Refused refused;
-      parse(refused.rejected, payload_);
-      return refused;
-    }
-    case Meaning::kStatus: {
-      action::StatusReply reply;
-      if (!parse(reply.status, payload_)) {
-        return reject(v1::ERROR_MALFORMED_REQUEST, "the daemon sent an unreadable status");
-      }
-      return reply;
-    }
-    case Meaning::kExit: {
-      action::Exited exited;
-      if (!parse(exited.exit, payload_)) {
-        return reject(v1::ERROR_MALFORMED_REQUEST, "the daemon sent an unreadable exit status");
-      }
-      return exited;
-    }
-    case Meaning::kStdinData:
-    case Meaning::kOutputData:
-      break;
-  }
-  return reject(v1::ERROR_INTERNAL, "no payload handler");
+  if (rule.meaning == Meaning::kStdinEof) stdin_closed_ = true;
+  Action action = decode_control(rule.meaning, payload_);
+  if (std::holds_alternative<action::Reject>(action)) state_ = SessionState::kClosed;
+  return action;
 }
 
 }  // namespace pando::wire

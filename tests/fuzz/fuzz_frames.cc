@@ -9,6 +9,7 @@
 #include <span>
 #include <variant>
 
+#include "proto/error.h"
 #include "proto/request_validation.h"
 #include "proto/session_protocol.h"
 
@@ -57,6 +58,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   SessionProtocol protocol((control & 1) != 0 ? pando::wire::Sender::kDaemon
                                               : pando::wire::Sender::kClient);
   drive(protocol, stream, control);
-  (void)pando::wire::validate_launch_request(stream);
+  try {
+    (void)pando::wire::validate_launch_request(stream);
+  } catch (const pando::Error&) {
+    // A refusal is an answer; anything else thrown is a finding.
+  }
   return 0;
 }
