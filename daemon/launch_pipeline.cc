@@ -84,16 +84,14 @@ void admit_caller(Daemon& daemon, const PeerIdentity& peer) {
 // Of the daemon it uses only what is safe from any thread (config,
 // idmap_userns).
 PreparedLaunch prepare_launch(Daemon& daemon, const PeerIdentity& peer,
-                              const std::string& session_id, const wire::ValidRequest& request,
-                              bool selftest) {
+                              const wire::ValidRequest& request, bool selftest) {
   const std::string role = wire::role_name(request.role);
   // Step 5: the project, resolved once as the caller.
   const ResolvedProject project = resolve_project(peer, request.project_root, role);
   PreparedLaunch out;
   out.auth_home_note = project.auth_home_note;
   // Step 6: the plan, from the config and the kernel's word on the caller.
-  out.plan = build_plan(session_id, request.role, daemon.role_config(role), peer, project,
-                        daemon.config());
+  out.plan = build_plan(request.role, daemon.role_config(role), peer, project, daemon.config());
   if (selftest) make_selftest_plan(daemon, peer, out.plan);
   // Step 7: the caller's directories, idmapped here: an unsupported
   // filesystem is refused before any launcher is involved.

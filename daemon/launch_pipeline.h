@@ -43,8 +43,7 @@ struct PreparedLaunch {
   std::string auth_home_note;  // why an existing auth home was not used, for the log
 };
 PreparedLaunch prepare_launch(Daemon& daemon, const PeerIdentity& peer,
-                              const std::string& session_id, const wire::ValidRequest& request,
-                              bool selftest);
+                              const wire::ValidRequest& request, bool selftest);
 
 // What steps 8-10 hand to the session, filled in as they go: whatever a
 // failed step leaves here (a cgroup, a launcher) is the session's to undo.

@@ -14,11 +14,6 @@ namespace sbv1 = pando::helper::sandbox::v1;
 
 namespace {
 
-std::string user_name(uid_t uid) {
-  const std::optional<accounts::User> user = accounts::user_by_id(uid);
-  return user ? user->name : "uid" + std::to_string(uid);
-}
-
 std::string group_name(gid_t gid) {
   const std::optional<accounts::Group> group = accounts::group_by_id(gid);
   return group ? group->name : "gid" + std::to_string(gid);
@@ -40,8 +35,7 @@ std::vector<std::string> substitute_argv(const RoleConfig& role_config,
   return argv;
 }
 
-sbv1::SandboxPlan build_plan(const std::string& session_id, v1::Role role,
-                             const RoleConfig& role_config, const PeerIdentity& peer,
+sbv1::SandboxPlan build_plan(v1::Role role, const RoleConfig& role_config, const PeerIdentity& peer,
                              const ResolvedProject& project, const DaemonConfig& config) {
   const std::optional<accounts::User> account = accounts::user_by_name(role_config.user());
   if (!account) {
@@ -57,7 +51,6 @@ sbv1::SandboxPlan build_plan(const std::string& session_id, v1::Role role,
   const std::string sandbox_home = project.path + "/.pando-sandbox/" + role_name;
 
   sbv1::SandboxPlan plan;
-  plan.set_session_id(session_id);
   plan.set_role(role_name);
   for (auto& arg : substitute_argv(role_config, project.path)) plan.add_argv(std::move(arg));
   plan.set_project_root(project.path);
@@ -67,8 +60,6 @@ sbv1::SandboxPlan build_plan(const std::string& session_id, v1::Role role,
   ids->set_caller_gid(peer.gid);
   ids->set_role_uid(account->uid);
   ids->set_role_gid(account->gid);
-  plan.set_caller_user_name(user_name(peer.uid));
-  plan.set_caller_group_name(group_name(peer.gid));
   plan.set_role_user_name(account->name);
   plan.set_role_group_name(group_name(account->gid));
   for (const auto& path : role_config.runtime_paths()) plan.add_runtime_paths(path);

@@ -20,9 +20,11 @@ inline constexpr const char* kSandboxPath =
 // Everything the launcher needs, from root-owned config and kernel-given
 // identity only: the request contributes the role and the project path.
 // Throws pando::Error (ERROR_ROLE_NOT_CONFIGURED) when the role user is unusable.
-pando::helper::sandbox::v1::SandboxPlan build_plan(
-    const std::string& session_id, pando::helper::v1::Role role, const RoleConfig& role_config,
-    const PeerIdentity& peer, const ResolvedProject& project, const DaemonConfig& config);
+pando::helper::sandbox::v1::SandboxPlan build_plan(pando::helper::v1::Role role,
+                                                   const RoleConfig& role_config,
+                                                   const PeerIdentity& peer,
+                                                   const ResolvedProject& project,
+                                                   const DaemonConfig& config);
 
 // argv with every "{project_root}" replaced.
 std::vector<std::string> substitute_argv(const RoleConfig& role_config,

@@ -217,9 +217,9 @@ void Session::handle_launch_request(const wire::ValidRequest& request, bool self
   reserved_ = true;
   auto prepared = std::make_shared<Prepared>();
   resolve_off_loop(
-      [&daemon = daemon_, prepared, peer = peer_, id = id_, request, selftest] {
+      [&daemon = daemon_, prepared, peer = peer_, request, selftest] {
         try {
-          prepared->launch = prepare_launch(daemon, peer, id, request, selftest);
+          prepared->launch = prepare_launch(daemon, peer, request, selftest);
         } catch (...) {
           prepared->error = std::current_exception();
         }
