@@ -93,7 +93,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void handle_sandbox_event(const pando::helper::sandbox::v1::SandboxEvent& event);
   void begin_running();
 
-  // Relay: client -> child stdin.
+  // Relay (session_relay.cc): client -> child stdin.
   void pump_input();
   Step pass_stdin_data(int sock);
   template <typename Waitable, typename WaitType>
