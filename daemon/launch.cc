@@ -135,7 +135,10 @@ void LauncherTemplate::start() {
   // No signal handler of the daemon may run in the child before exec.
   sigset_t all, saved;
   sigfillset(&all);
-  if (pthread_sigmask(SIG_SETMASK, &all, &saved) != 0) fail("pthread_sigmask");
+  if (const int err = pthread_sigmask(SIG_SETMASK, &all, &saved); err != 0) {
+    errno = err;  // pthread_sigmask returns its error, errno is untouched
+    fail("pthread_sigmask");
+  }
   const pid_t pid =
       clone(exec_template, template_stack + sizeof(template_stack), flags, &exec, &pidfd);
   const int clone_errno = errno;
