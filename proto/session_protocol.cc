@@ -39,7 +39,7 @@ struct FrameRule {
   uint32_t max_payload;  // above: ERROR_FRAME_TOO_LARGE (ERROR_MALFORMED_REQUEST when 0)
   bool once_only;        // the connection's one request
   bool with_fds;         // fds may come with its header (direct stdio)
-  bool framed_stdin;     // only when the relay carries stdin (no direct stdio, not after EOF)
+  bool framed_stdin;     // only when the relay carries stdin (no direct stdio; no data after EOF)
   Meaning meaning;
   SessionState next;  // once the whole frame is in
 };
