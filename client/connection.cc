@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 
 namespace pando::client {
 
@@ -81,17 +82,27 @@ UniqueFd connect_daemon(const std::string& path, std::string& error) {
   return fd;
 }
 
-std::optional<wire::FrameDecoder::Frame> read_frame(int fd) {
-  std::array<uint8_t, wire::kHeaderSize> header_bytes{};
-  if (!recv_all(fd, header_bytes.data(), header_bytes.size())) return std::nullopt;
-  const wire::FrameHeader header = wire::decode_header(header_bytes);
-  const uint32_t cap = wire::max_payload(header.type);
-  if (cap == 0 || header.length > cap) return std::nullopt;
-  wire::FrameDecoder::Frame frame;
-  frame.type = header.type;
-  frame.payload.resize(header.length);
-  if (!recv_all(fd, frame.payload.data(), frame.payload.size())) return std::nullopt;
-  return frame;
+std::optional<DaemonFrame> read_frame(int fd, wire::SessionProtocol& protocol) {
+  std::array<uint8_t, wire::kMaxControlPayload> buffer{};
+  for (size_t want; (want = protocol.want()) > 0;) {
+    if (!recv_all(fd, buffer.data(), want)) return std::nullopt;
+    DaemonFrame frame{protocol.feed(std::span(buffer.data(), want)), {}};
+    if (std::holds_alternative<wire::action::NeedMore>(frame.action)) continue;
+    if (const auto* data = std::get_if<wire::action::Data>(&frame.action)) {
+      frame.data.resize(data->length);
+      if (!recv_all(fd, frame.data.data(), frame.data.size())) return std::nullopt;
+      protocol.passed(data->length);
+    }
+    return frame;
+  }
+  return std::nullopt;
+}
+
+int print_rejection(const std::string& what, const pando::helper::v1::Rejected& rejected) {
+  std::cerr << "pando-helper: " << what << " ("
+            << pando::helper::v1::ErrorCode_Name(rejected.code()) << "): " << rejected.message()
+            << "\n";
+  return kExitRejected;
 }
 
 }  // namespace pando::client

@@ -9,6 +9,8 @@
 
 #include "common/unique_fd.h"
 #include "proto/framing.h"
+#include "proto/helper.pb.h"
+#include "proto/session_protocol.h"
 
 namespace pando::client {
 
@@ -30,8 +32,18 @@ UniqueFd connect_daemon(const std::string& path, std::string& error);
 
 bool send_all(int fd, const void* data, size_t size);
 
-// Reads one whole frame (blocking). nullopt on EOF, error or a frame over its cap.
-std::optional<wire::FrameDecoder::Frame> read_frame(int fd);
+// The daemon's next frame, decoded by `protocol` (the client's side of the
+// same core the daemon uses): a control frame's action, or a data frame's
+// with its bytes in `data`. A frame the protocol refuses comes back as
+// action::Reject. Blocking; nullopt on end of file or a read error.
+struct DaemonFrame {
+  wire::Action action;
+  std::vector<uint8_t> data;
+};
+std::optional<DaemonFrame> read_frame(int fd, wire::SessionProtocol& protocol);
+
+// "pando-helper: <what> (<code>): <message>" on stderr; returns kExitRejected.
+int print_rejection(const std::string& what, const pando::helper::v1::Rejected& rejected);
 
 // One line telling a person how to start the daemon.
 std::string start_hint(const std::string& path);

@@ -85,7 +85,8 @@ bool send_with_fds(int sock, const std::vector<uint8_t>& bytes, const std::array
 
 class Relay {
  public:
-  Relay(int sock, int signal_fd, bool direct_stdio) : sock_(sock), signal_fd_(signal_fd) {
+  Relay(int sock, int signal_fd, bool direct_stdio, wire::SessionProtocol& protocol)
+      : sock_(sock), signal_fd_(signal_fd), protocol_(protocol) {
     stdin_is_pipe_ = is_pipe(STDIN_FILENO);
     stdout_is_pipe_ = is_pipe(STDOUT_FILENO);
     if (direct_stdio) {
@@ -108,12 +109,17 @@ class Relay {
   }
   bool read_stdin();
   bool flush_socket();
+  // What moving a data frame's bytes came to.
+  enum class Move { kMoved, kWait, kEnd };
   // false: session over (exit_code_ set)
   bool read_socket();
-  bool handle_control_frame();
+  Move move_output();
+  bool connection_broke();
+  bool session_over(const wire::Action& action);
 
   int sock_;
   int signal_fd_;
+  wire::SessionProtocol& protocol_;  // the daemon's frames, after Accepted
   bool stdin_is_pipe_ = false;
   bool stdout_is_pipe_ = false;
   bool stdin_open_ = true;
@@ -123,11 +129,7 @@ class Relay {
   size_t pending_sent_ = 0;
   uint32_t splice_out_ = 0;  // stdin bytes still to splice into the current frame
 
-  std::array<uint8_t, wire::kHeaderSize> in_header_{};
-  size_t in_header_have_ = 0;
-  uint8_t in_type_ = 0;
-  uint32_t in_remaining_ = 0;
-  std::vector<uint8_t> in_control_;
+  bool to_stdout_ = false;  // the current data frame's
   bool blocked_on_stdout_ = false;
   bool stdout_broken_ = false;
   int exit_code_ = kExitProtocol;
@@ -188,125 +190,101 @@ bool Relay::flush_socket() {
   return true;
 }
 
-bool Relay::handle_control_frame() {
-  switch (in_type_) {
-    case v1::FRAME_EXIT: {
-      v1::Exit exit;
-      if (!exit.ParseFromArray(in_control_.data(), static_cast<int>(in_control_.size()))) {
-        std::cerr << "pando-helper: the daemon sent an unreadable exit status\n";
-        exit_code_ = kExitProtocol;
-        return false;
-      }
-      exit_code_ = exit.has_signal() ? 128 + exit.signal() : exit.exit_code();
-      if (!exit.message().empty()) std::cerr << "pando-helper: " << exit.message() << "\n";
-      log::info("exit", {{"exit_code", exit_code_}, {"reason", v1::EndReason_Name(exit.reason())}});
-      return false;
-    }
-    case v1::FRAME_REJECTED: {
-      v1::Rejected rejected;
-      rejected.ParseFromArray(in_control_.data(), static_cast<int>(in_control_.size()));
-      std::cerr << "pando-helper: session ended by the daemon ("
-                << v1::ErrorCode_Name(rejected.code()) << "): " << rejected.message() << "\n";
-      exit_code_ = kExitRejected;
-      return false;
-    }
-    default:
-      std::cerr << "pando-helper: unexpected frame type " << int{in_type_} << " from the daemon\n";
-      exit_code_ = kExitProtocol;
-      return false;
-  }
+bool Relay::connection_broke() {
+  std::cerr << "pando-helper: the connection to pando-helperd broke before the session ended\n";
+  exit_code_ = kExitProtocol;
+  return false;
 }
 
+// Exit, Rejected, or a frame the protocol refuses: the session is over.
+bool Relay::session_over(const wire::Action& action) {
+  if (const auto* exited = std::get_if<wire::action::Exited>(&action)) {
+    const v1::Exit& exit = exited->exit;
+    exit_code_ = exit.has_signal() ? 128 + exit.signal() : exit.exit_code();
+    if (!exit.message().empty()) std::cerr << "pando-helper: " << exit.message() << "\n";
+    log::info("exit", {{"exit_code", exit_code_}, {"reason", v1::EndReason_Name(exit.reason())}});
+  } else if (const auto* refused = std::get_if<wire::action::Refused>(&action)) {
+    exit_code_ = print_rejection("session ended by the daemon", refused->rejected);
+  } else {
+    const auto* reject = std::get_if<wire::action::Reject>(&action);
+    std::cerr << "pando-helper: the daemon broke the protocol: "
+              << (reject != nullptr ? reject->message : "unexpected frame") << "\n";
+    exit_code_ = kExitProtocol;
+  }
+  return false;
+}
+
+// The current data frame's bytes: stdout spliced when it is a pipe, else
+// copied through the buffer.
+Relay::Move Relay::move_output() {
+  if (to_stdout_ && stdout_is_pipe_ && !stdout_broken_) {
+    const ssize_t n = splice(sock_, nullptr, STDOUT_FILENO, nullptr, protocol_.data_left(),
+                             SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+    if (n > 0) {
+      protocol_.passed(static_cast<uint32_t>(n));
+      return Move::kMoved;
+    }
+    if (n < 0 && errno == EINTR) return Move::kMoved;
+    if (n == 0) {
+      connection_broke();
+      return Move::kEnd;
+    }
+    if (would_block(errno)) {
+      pollfd fds[2] = {{sock_, POLLIN, 0}, {STDOUT_FILENO, POLLOUT, 0}};
+      poll(fds, 2, 0);
+      if (!(fds[0].revents & POLLIN)) return Move::kWait;
+      if (fds[1].revents & POLLOUT) return Move::kMoved;
+      if (!(fds[1].revents & (POLLERR | POLLHUP))) {
+        blocked_on_stdout_ = true;
+        return Move::kWait;
+      }
+      errno = EPIPE;
+    }
+    if (errno == EPIPE) {
+      // Whoever reads our stdout is gone: like a pipeline, end the session.
+      stdout_broken_ = true;
+      exit_code_ = 128 + SIGPIPE;
+      return Move::kEnd;
+    }
+    std::cerr << "pando-helper: relaying stdout failed: " << std::strerror(errno) << "\n";
+    exit_code_ = kExitSoftware;
+    return Move::kEnd;
+  }
+  const size_t want = std::min<size_t>(protocol_.data_left(), kReadBufferBytes);
+  const ssize_t n = recv(sock_, buffer_.get(), want, MSG_DONTWAIT);
+  if (n < 0 && errno == EINTR) return Move::kMoved;
+  if (n < 0 && would_block(errno)) return Move::kWait;
+  if (n <= 0) {
+    connection_broke();
+    return Move::kEnd;
+  }
+  protocol_.passed(static_cast<uint32_t>(n));
+  const int fd = to_stdout_ ? STDOUT_FILENO : STDERR_FILENO;
+  if (!write_all(fd, buffer_.get(), static_cast<size_t>(n)) && to_stdout_) {
+    exit_code_ = 128 + SIGPIPE;
+    return Move::kEnd;
+  }
+  return Move::kMoved;
+}
+
+// Frames from the daemon, read exactly as far as the protocol core wants.
 bool Relay::read_socket() {
   for (;;) {
-    if (in_remaining_ == 0 && in_header_have_ < in_header_.size()) {
-      const ssize_t n = recv(sock_, in_header_.data() + in_header_have_,
-                             in_header_.size() - in_header_have_, MSG_DONTWAIT);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && would_block(errno)) return true;
-      if (n <= 0) {
-        std::cerr
-            << "pando-helper: the connection to pando-helperd broke before the session ended\n";
-        exit_code_ = kExitProtocol;
-        return false;
-      }
-      in_header_have_ += static_cast<size_t>(n);
-      if (in_header_have_ < in_header_.size()) continue;
-      const wire::FrameHeader header = wire::decode_header(in_header_);
-      const uint32_t cap = wire::max_payload(header.type);
-      if (cap == 0 || header.length > cap) {
-        std::cerr << "pando-helper: the daemon sent an invalid frame\n";
-        exit_code_ = kExitProtocol;
-        return false;
-      }
-      in_type_ = header.type;
-      in_remaining_ = header.length;
-      in_control_.clear();
-      if (in_remaining_ == 0) {
-        in_header_have_ = 0;
-        if (!wire::is_data_frame(in_type_) && !handle_control_frame()) return false;
-      }
+    if (protocol_.data_left() > 0) {
+      const Move moved = move_output();
+      if (moved == Move::kWait) return true;
+      if (moved == Move::kEnd) return false;
       continue;
     }
-    const bool to_stdout = in_type_ == v1::FRAME_STDOUT_DATA;
-    if (to_stdout && stdout_is_pipe_ && !stdout_broken_) {
-      const ssize_t n = splice(sock_, nullptr, STDOUT_FILENO, nullptr, in_remaining_,
-                               SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
-      if (n > 0) {
-        in_remaining_ -= static_cast<uint32_t>(n);
-        if (in_remaining_ == 0) in_header_have_ = 0;
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n == 0) {
-        std::cerr
-            << "pando-helper: the connection to pando-helperd broke before the session ended\n";
-        exit_code_ = kExitProtocol;
-        return false;
-      }
-      if (would_block(errno)) {
-        pollfd fds[2] = {{sock_, POLLIN, 0}, {STDOUT_FILENO, POLLOUT, 0}};
-        poll(fds, 2, 0);
-        if (!(fds[0].revents & POLLIN)) return true;
-        if (fds[1].revents & POLLOUT) continue;
-        if (!(fds[1].revents & (POLLERR | POLLHUP))) {
-          blocked_on_stdout_ = true;
-          return true;
-        }
-        errno = EPIPE;
-      }
-      if (errno == EPIPE) {
-        // Whoever reads our stdout is gone: like a pipeline, end the session.
-        stdout_broken_ = true;
-        exit_code_ = 128 + SIGPIPE;
-        return false;
-      }
-      std::cerr << "pando-helper: relaying stdout failed: " << std::strerror(errno) << "\n";
-      exit_code_ = kExitSoftware;
-      return false;
-    }
-    const size_t want = std::min<size_t>(in_remaining_, kReadBufferBytes);
-    const ssize_t n = recv(sock_, buffer_.get(), want, MSG_DONTWAIT);
+    const ssize_t n = recv(sock_, buffer_.get(), protocol_.want(), MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && would_block(errno)) return true;
-    if (n <= 0) {
-      std::cerr << "pando-helper: the connection to pando-helperd broke before the session ended\n";
-      exit_code_ = kExitProtocol;
-      return false;
-    }
-    in_remaining_ -= static_cast<uint32_t>(n);
-    if (wire::is_data_frame(in_type_)) {
-      const int fd = to_stdout ? STDOUT_FILENO : STDERR_FILENO;
-      if (!write_all(fd, buffer_.get(), static_cast<size_t>(n)) && to_stdout) {
-        exit_code_ = 128 + SIGPIPE;
-        return false;
-      }
-    } else {
-      in_control_.insert(in_control_.end(), buffer_.get(), buffer_.get() + n);
-    }
-    if (in_remaining_ == 0) {
-      in_header_have_ = 0;
-      if (!wire::is_data_frame(in_type_) && !handle_control_frame()) return false;
+    if (n <= 0) return connection_broke();
+    const wire::Action action = protocol_.feed(std::span(buffer_.get(), static_cast<size_t>(n)));
+    if (const auto* data = std::get_if<wire::action::Data>(&action)) {
+      to_stdout_ = data->type == v1::FRAME_STDOUT_DATA;
+    } else if (!std::holds_alternative<wire::action::NeedMore>(action)) {
+      return session_over(action);
     }
   }
 }
@@ -357,6 +335,47 @@ int Relay::run() {
   }
 }
 
+// Forwarded signals are read from a signalfd; they are blocked first so none
+// is lost or kills us between connect and the relay loop.
+UniqueFd forwarded_signals() {
+  sigset_t forwarded;
+  sigemptyset(&forwarded);
+  sigaddset(&forwarded, SIGINT);
+  sigaddset(&forwarded, SIGTERM);
+  sigaddset(&forwarded, SIGHUP);
+  sigprocmask(SIG_BLOCK, &forwarded, nullptr);
+  return UniqueFd(signalfd(-1, &forwarded, SFD_CLOEXEC | SFD_NONBLOCK));
+}
+
+// The daemon's answer to the request: 0 once it accepted, else the exit code.
+int await_acceptance(int sock, bool sent, wire::SessionProtocol& protocol) {
+  // A daemon that refused the connection at once has its Rejected frame waiting.
+  const auto answer = read_frame(sock, protocol);
+  const auto* refused = answer ? std::get_if<wire::action::Refused>(&answer->action) : nullptr;
+  if (!sent && refused == nullptr) {
+    std::cerr << "pando-helper: the connection to pando-helperd broke while sending the request; "
+              << no_answer_hint() << "\n";
+    return kExitProtocol;
+  }
+  if (!answer) {
+    std::cerr << "pando-helper: pando-helperd closed the connection without answering; "
+              << no_answer_hint() << "\n";
+    return kExitProtocol;
+  }
+  if (refused != nullptr) {
+    log::warn("launch_rejected", {{"code", v1::ErrorCode_Name(refused->rejected.code())},
+                                  {"message", refused->rejected.message()}});
+    return print_rejection("launch rejected", refused->rejected);
+  }
+  const auto* accepted = std::get_if<wire::action::Accepted>(&answer->action);
+  if (accepted == nullptr) {
+    std::cerr << "pando-helper: unexpected answer from pando-helperd\n";
+    return kExitProtocol;
+  }
+  log::info("accepted", {{"session", accepted->accepted.session_id()}});
+  return 0;
+}
+
 }  // namespace
 
 int run_launch(const std::string& role, const std::string& project_root,
@@ -371,16 +390,7 @@ int run_launch(const std::string& role, const std::string& project_root,
     return kExitUsage;
   }
   request.set_project_root(project_root);
-
-  // Forwarded signals are read from a signalfd; block them first so none is
-  // lost or kills us between connect and the relay loop.
-  sigset_t forwarded;
-  sigemptyset(&forwarded);
-  sigaddset(&forwarded, SIGINT);
-  sigaddset(&forwarded, SIGTERM);
-  sigaddset(&forwarded, SIGHUP);
-  sigprocmask(SIG_BLOCK, &forwarded, nullptr);
-  UniqueFd signal_fd(signalfd(-1, &forwarded, SFD_CLOEXEC | SFD_NONBLOCK));
+  UniqueFd signal_fd = forwarded_signals();
   signal(SIGPIPE, SIG_IGN);
 
   std::string error;
@@ -395,39 +405,13 @@ int run_launch(const std::string& role, const std::string& project_root,
   const bool direct = wants_direct_stdio();
   const bool sent = direct ? send_with_fds(sock.get(), frame, {STDIN_FILENO, STDOUT_FILENO})
                            : send_all(sock.get(), frame.data(), frame.size());
-  // A daemon that refused the connection at once has its Rejected frame waiting.
-  const auto answer = read_frame(sock.get());
-  if (!sent && !(answer && answer->type == v1::FRAME_REJECTED)) {
-    std::cerr << "pando-helper: the connection to pando-helperd broke while sending the request; "
-              << no_answer_hint() << "\n";
-    return kExitProtocol;
-  }
-  if (!answer) {
-    std::cerr << "pando-helper: pando-helperd closed the connection without answering; "
-              << no_answer_hint() << "\n";
-    return kExitProtocol;
-  }
-  if (answer->type == v1::FRAME_REJECTED) {
-    v1::Rejected rejected;
-    rejected.ParseFromArray(answer->payload.data(), static_cast<int>(answer->payload.size()));
-    std::cerr << "pando-helper: launch rejected (" << v1::ErrorCode_Name(rejected.code())
-              << "): " << rejected.message() << "\n";
-    log::warn("launch_rejected",
-              {{"code", v1::ErrorCode_Name(rejected.code())}, {"message", rejected.message()}});
-    return kExitRejected;
-  }
-  if (answer->type != v1::FRAME_ACCEPTED) {
-    std::cerr << "pando-helper: unexpected answer from pando-helperd\n";
-    return kExitProtocol;
-  }
-  v1::Accepted accepted;
-  accepted.ParseFromArray(answer->payload.data(), static_cast<int>(answer->payload.size()));
-  log::info("accepted", {{"session", accepted.session_id()}});
+  wire::SessionProtocol protocol(wire::Sender::kDaemon);
+  if (const int code = await_acceptance(sock.get(), sent, protocol); code != 0) return code;
   if (fcntl(sock.get(), F_SETFL, fcntl(sock.get(), F_GETFL) | O_NONBLOCK) != 0) {
     std::cerr << "pando-helper: fcntl: " << std::strerror(errno) << "\n";
     return kExitSoftware;
   }
-  Relay relay(sock.get(), signal_fd.get(), direct);
+  Relay relay(sock.get(), signal_fd.get(), direct, protocol);
   return relay.run();
 }
 

@@ -72,15 +72,15 @@ int print_unavailable_layers(const std::string& socket, bool json) {
   }
   const auto frame = wire::encode_message_frame(v1::FRAME_STATUS_REQUEST, v1::StatusRequest());
   const bool sent = send_all(sock.get(), frame.data(), frame.size());
-  const auto answer = read_frame(sock.get());
-  v1::Status status;
-  if (!sent || !answer || answer->type != v1::FRAME_STATUS ||
-      !status.ParseFromArray(answer->payload.data(), static_cast<int>(answer->payload.size()))) {
+  wire::SessionProtocol protocol(wire::Sender::kDaemon);
+  const auto answer = read_frame(sock.get(), protocol);
+  const auto* reply = answer ? std::get_if<wire::action::StatusReply>(&answer->action) : nullptr;
+  if (!sent || reply == nullptr) {
     std::cerr << "pando-helper: pando-helperd did not answer the status request; "
               << no_answer_hint() << "\n";
     return kExitProtocol;
   }
-  for (const auto& layer : status.layers()) {
+  for (const auto& layer : reply->status.layers()) {
     if (layer.available()) continue;
     if (json) {
       std::cout << "{\"layer\":\"" << log::json_escape(layer.name())
@@ -91,6 +91,49 @@ int print_unavailable_layers(const std::string& socket, bool json) {
     }
   }
   return 0;
+}
+
+// The probe's session, once accepted: its stdout lines become checks, its
+// stderr is passed on. Returns what run_probe() returns.
+int read_probe_session(int sock, wire::SessionProtocol& protocol, const std::string& role,
+                       const SelftestOptions& options, Tally& tally) {
+  std::string pending;
+  for (;;) {
+    const auto next = read_frame(sock, protocol);
+    if (!next) {
+      std::cerr << "pando-helper: the connection to pando-helperd broke during the selftest\n";
+      return kExitProtocol;
+    }
+    if (const auto* data = std::get_if<wire::action::Data>(&next->action)) {
+      const std::string bytes(next->data.begin(), next->data.end());
+      if (data->type == v1::FRAME_STDERR_DATA) {
+        std::cerr << bytes;
+        continue;
+      }
+      pending += bytes;
+      for (size_t end; (end = pending.find('\n')) != std::string::npos;) {
+        print_check(role, pending.substr(0, end), options.json, tally);
+        pending.erase(0, end + 1);
+      }
+      continue;
+    }
+    if (const auto* refused = std::get_if<wire::action::Refused>(&next->action)) {
+      return print_rejection("selftest session ended by the daemon", refused->rejected);
+    }
+    const auto* exited = std::get_if<wire::action::Exited>(&next->action);
+    if (exited == nullptr) {
+      std::cerr << "pando-helper: the daemon broke the protocol during the selftest\n";
+      return kExitProtocol;
+    }
+    const v1::Exit& exit = exited->exit;
+    if (!pending.empty()) print_check(role, pending, options.json, tally);
+    if (exit.has_exit_code() && exit.exit_code() == 0) return 0;
+    std::cerr << "pando-helper: the " << role << " probe "
+              << (exit.has_exit_code() ? "exited with " + std::to_string(exit.exit_code())
+                                       : "was killed by signal " + std::to_string(exit.signal()))
+              << (exit.message().empty() ? "" : ": " + exit.message()) << "\n";
+    return kExitChecksFailed;
+  }
 }
 
 // One session of the probe as `role`. Returns 0 when it ran and exited 0,
@@ -108,56 +151,18 @@ int run_probe(const std::string& role, const std::string& project_root,
   }
   const auto frame = wire::encode_message_frame(v1::FRAME_SELFTEST_REQUEST, request);
   const bool sent = send_all(sock.get(), frame.data(), frame.size());
-  const auto answer = read_frame(sock.get());
-  if (answer && answer->type == v1::FRAME_REJECTED) {
-    v1::Rejected rejected;
-    rejected.ParseFromArray(answer->payload.data(), static_cast<int>(answer->payload.size()));
-    std::cerr << "pando-helper: selftest rejected (" << v1::ErrorCode_Name(rejected.code())
-              << "): " << rejected.message() << "\n";
-    return kExitRejected;
-  }
-  if (!sent || !answer || answer->type != v1::FRAME_ACCEPTED) {
+  wire::SessionProtocol protocol(wire::Sender::kDaemon);
+  const auto answer = read_frame(sock.get(), protocol);
+  const auto* refused = answer ? std::get_if<wire::action::Refused>(&answer->action) : nullptr;
+  if (refused != nullptr) return print_rejection("selftest rejected", refused->rejected);
+  if (!sent || !answer || !std::holds_alternative<wire::action::Accepted>(answer->action)) {
     std::cerr << "pando-helper: pando-helperd did not accept the selftest; " << no_answer_hint()
               << "\n";
     return kExitProtocol;
   }
   const auto eof = wire::encode_header(v1::FRAME_STDIN_EOF, 0);
   if (!send_all(sock.get(), eof.data(), eof.size())) return kExitProtocol;
-  std::string pending;
-  for (;;) {
-    const auto next = read_frame(sock.get());
-    if (!next) {
-      std::cerr << "pando-helper: the connection to pando-helperd broke during the selftest\n";
-      return kExitProtocol;
-    }
-    const std::string bytes(next->payload.begin(), next->payload.end());
-    if (next->type == v1::FRAME_STDERR_DATA) {
-      std::cerr << bytes;
-      continue;
-    }
-    if (next->type == v1::FRAME_STDOUT_DATA) {
-      pending += bytes;
-      for (size_t end; (end = pending.find('\n')) != std::string::npos;) {
-        print_check(role, pending.substr(0, end), options.json, tally);
-        pending.erase(0, end + 1);
-      }
-      continue;
-    }
-    if (next->type != v1::FRAME_EXIT) {
-      std::cerr << "pando-helper: unexpected frame " << static_cast<int>(next->type)
-                << " during the selftest\n";
-      return kExitProtocol;
-    }
-    v1::Exit exit;
-    exit.ParseFromArray(next->payload.data(), static_cast<int>(next->payload.size()));
-    if (!pending.empty()) print_check(role, pending, options.json, tally);
-    if (exit.has_exit_code() && exit.exit_code() == 0) return 0;
-    std::cerr << "pando-helper: the " << role << " probe "
-              << (exit.has_exit_code() ? "exited with " + std::to_string(exit.exit_code())
-                                       : "was killed by signal " + std::to_string(exit.signal()))
-              << (exit.message().empty() ? "" : ": " + exit.message()) << "\n";
-    return kExitChecksFailed;
-  }
+  return read_probe_session(sock.get(), protocol, role, options, tally);
 }
 
 int make_writable(const char* path, const struct stat* st, int type, FTW*) {

@@ -21,26 +21,22 @@ int run_status(const std::string& socket, const std::string& project_root) {
   request.set_project_root(project_root);
   const auto frame = wire::encode_message_frame(v1::FRAME_STATUS_REQUEST, request);
   const bool sent = send_all(sock.get(), frame.data(), frame.size());
-  const auto answer = read_frame(sock.get());
-  if (!sent && !(answer && answer->type == v1::FRAME_REJECTED)) {
+  wire::SessionProtocol protocol(wire::Sender::kDaemon);
+  const auto answer = read_frame(sock.get(), protocol);
+  const auto* refused = answer ? std::get_if<wire::action::Refused>(&answer->action) : nullptr;
+  if (!sent && refused == nullptr) {
     std::cerr << "pando-helper: the connection to pando-helperd broke; " << no_answer_hint()
               << "\n";
     return kExitProtocol;
   }
-  v1::Status status;
-  if (answer && answer->type == v1::FRAME_REJECTED) {
-    v1::Rejected rejected;
-    rejected.ParseFromArray(answer->payload.data(), static_cast<int>(answer->payload.size()));
-    std::cerr << "pando-helper: status refused (" << v1::ErrorCode_Name(rejected.code())
-              << "): " << rejected.message() << "\n";
-    return kExitRejected;
-  }
-  if (!answer || answer->type != v1::FRAME_STATUS ||
-      !status.ParseFromArray(answer->payload.data(), static_cast<int>(answer->payload.size()))) {
+  if (refused != nullptr) return print_rejection("status refused", refused->rejected);
+  const auto* reply = answer ? std::get_if<wire::action::StatusReply>(&answer->action) : nullptr;
+  if (reply == nullptr) {
     std::cerr << "pando-helper: pando-helperd did not answer the status request; "
               << no_answer_hint() << "\n";
     return kExitProtocol;
   }
+  const v1::Status& status = reply->status;
   std::cout << "daemon: answering on " << socket << "\n";
   std::cout << "version: " << status.version() << "\n";
   std::cout << "live sessions: " << status.live_sessions() << "\n";

@@ -86,7 +86,12 @@ class Checker {
 };
 
 bool is_absolute_normalized(const std::string& path) {
-  return wire::check_project_root_string(path).code == pando::helper::v1::ERROR_UNSPECIFIED;
+  try {
+    wire::check_project_root_string(path);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 // Empty when only root can change what the absolute, normalized `path` names; otherwise why

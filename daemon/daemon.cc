@@ -277,14 +277,16 @@ void Daemon::accept_next() {
     }
     auto session = std::make_shared<Session>(*this, std::move(socket), peer, new_session_id());
     sessions_.insert(session);
-    if (auto refusal = add_pending(peer.uid)) {
+    try {
+      add_pending(peer.uid);
+    } catch (const Error& refusal) {
       log::warn("connection_refused",
-                {{"uid", static_cast<int64_t>(peer.uid)}, {"reason", refusal->message}});
-      session->reject(refusal->code, refusal->message);
-    } else {
-      idle_timer_.cancel();
-      session->start();
+                {{"uid", static_cast<int64_t>(peer.uid)}, {"reason", std::string(refusal.what())}});
+      session->reject(refusal.code(), refusal.what());
+      return accept_next();
     }
+    idle_timer_.cancel();
+    session->start();
     accept_next();
   });
 }
@@ -297,20 +299,18 @@ std::string Daemon::new_session_id() {
   return id;
 }
 
-std::optional<wire::RequestError> Daemon::reserve_session(uid_t uid) {
+void Daemon::reserve_session(uid_t uid) {
   if (live_sessions_ >= config_.max_sessions()) {
-    return wire::RequestError{
-        v1::ERROR_TOO_MANY_SESSIONS,
-        fmt::format("the daemon already runs {} sessions (its limit)", live_sessions_)};
+    throw Error(v1::ERROR_TOO_MANY_SESSIONS,
+                fmt::format("the daemon already runs {} sessions (its limit)", live_sessions_));
   }
   if (sessions_per_uid_[uid] >= config_.max_sessions_per_uid()) {
-    return wire::RequestError{
+    throw Error(
         v1::ERROR_TOO_MANY_SESSIONS_FOR_USER,
-        fmt::format("you already run {} sessions (the per-user limit)", sessions_per_uid_[uid])};
+        fmt::format("you already run {} sessions (the per-user limit)", sessions_per_uid_[uid]));
   }
   ++live_sessions_;
   ++sessions_per_uid_[uid];
-  return std::nullopt;
 }
 
 void Daemon::release_session(uid_t uid) {
@@ -318,24 +318,21 @@ void Daemon::release_session(uid_t uid) {
   if (--sessions_per_uid_[uid] == 0) sessions_per_uid_.erase(uid);
 }
 
-std::optional<wire::RequestError> Daemon::add_pending(uid_t uid) {
+void Daemon::add_pending(uid_t uid) {
   const auto it = pending_per_uid_.find(uid);
   const unsigned mine = it == pending_per_uid_.end() ? 0 : it->second;
   if (mine >= config_.max_pending_per_uid()) {
-    return wire::RequestError{
-        v1::ERROR_TOO_MANY_PENDING_FOR_USER,
-        fmt::format("you already have {} requests pending (connections not yet answered or "
-                    "project lookups still running), the per-user limit",
-                    mine)};
+    throw Error(v1::ERROR_TOO_MANY_PENDING_FOR_USER,
+                fmt::format("you already have {} requests pending (connections not yet answered "
+                            "or project lookups still running), the per-user limit",
+                            mine));
   }
   if (pending_ >= kMaxPending) {
-    return wire::RequestError{
-        v1::ERROR_TOO_MANY_SESSIONS,
-        fmt::format("the daemon already has {} requests pending (its limit)", pending_)};
+    throw Error(v1::ERROR_TOO_MANY_SESSIONS,
+                fmt::format("the daemon already has {} requests pending (its limit)", pending_));
   }
   ++pending_;
   ++pending_per_uid_[uid];
-  return std::nullopt;
 }
 
 void Daemon::release_pending(uid_t uid) {

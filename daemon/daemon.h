@@ -63,13 +63,14 @@ class Daemon {
   bool shutting_down() const { return shutting_down_; }
 
   // Session accounting: a launched session holds a reservation until it ends.
-  std::optional<wire::RequestError> reserve_session(uid_t uid);
+  // Throws pando::Error (ERROR_TOO_MANY_SESSIONS[_FOR_USER]) when a limit is reached.
+  void reserve_session(uid_t uid);
   void release_session(uid_t uid);
   // Pending work of a uid: its connections not yet answered or launched, and
   // its run_off_loop() threads that have not returned. Refused beyond
   // max_pending_per_uid and, daemon-wide, beyond kMaxPending (which takes
-  // several users to fill).
-  std::optional<wire::RequestError> add_pending(uid_t uid);
+  // several users to fill): throws pando::Error.
+  void add_pending(uid_t uid);
   void release_pending(uid_t uid);
   // Runs `work` (which must not throw) on a thread of its own, then `done` on
   // the event loop: work that touches a caller's files, which may block in the

@@ -14,12 +14,12 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <system_error>
 
 #include "common/fd_passing.h"
 #include "common/json_log.h"
 #include "daemon/sandbox/mounts.h"
 #include "daemon/sandbox/seccomp.h"
+#include "proto/error.h"
 
 namespace pando::daemon {
 
@@ -33,9 +33,7 @@ constexpr int kParkFloor = 64;
 // Above every fd the template keeps (mounts.h); close-on-exec.
 constexpr int kLauncherExecFd = sandbox::kSeccompProgramFd + 1;
 
-[[noreturn]] void fail(const char* what) {
-  throw std::system_error(errno, std::generic_category(), what);
-}
+[[noreturn]] void fail(const char* what) { throw_errno(what, helper::v1::ERROR_LAUNCH_FAILED); }
 
 UniqueFd park(int fd) {
   const int parked = fcntl(fd, F_DUPFD_CLOEXEC, kParkFloor);
@@ -137,7 +135,10 @@ void LauncherTemplate::start() {
   // No signal handler of the daemon may run in the child before exec.
   sigset_t all, saved;
   sigfillset(&all);
-  if (pthread_sigmask(SIG_SETMASK, &all, &saved) != 0) fail("pthread_sigmask");
+  if (const int err = pthread_sigmask(SIG_SETMASK, &all, &saved); err != 0) {
+    errno = err;  // pthread_sigmask returns its error, errno is untouched
+    fail("pthread_sigmask");
+  }
   const pid_t pid =
       clone(exec_template, template_stack + sizeof(template_stack), flags, &exec, &pidfd);
   const int clone_errno = errno;

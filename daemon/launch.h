@@ -35,8 +35,7 @@ struct StartedSandbox {
 class LauncherTemplate {
  public:
   // Compiles the seccomp program for all launchers and starts the template.
-  // Throws pando::Error when the program cannot be compiled,
-  // std::system_error when the template cannot be started.
+  // Throws pando::Error when either fails.
   explicit LauncherTemplate(int launcher_fd);
   // Kills and reaps the template (its launchers are the daemon's children).
   ~LauncherTemplate();
@@ -44,7 +43,7 @@ class LauncherTemplate {
   LauncherTemplate& operator=(const LauncherTemplate&) = delete;
 
   // A new launcher. A template that died is restarted once. Throws
-  // std::system_error.
+  // pando::Error (ERROR_LAUNCH_FAILED).
   StartedSandbox start_sandbox();
 
  private:
@@ -73,11 +72,11 @@ struct SessionStdio {
   UniqueFd stdout_read;
   UniqueFd stderr_read;
 };
-// Takes the caller's pipes out of `direct` when given. Throws std::system_error.
+// Takes the caller's pipes out of `direct` when given. Throws pando::Error.
 SessionStdio make_session_stdio(DirectStdio* direct);
 
 // Sends the serialized plan with `fds` attached (SCM_RIGHTS), in the order
-// daemon/sandbox/main.cc expects. Throws std::system_error.
+// daemon/sandbox/main.cc expects. Throws pando::Error (ERROR_LAUNCH_FAILED).
 void send_plan(int control_fd, const std::string& plan, const std::vector<int>& fds);
 
 }  // namespace pando::daemon

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/accounts.h"
+#include "proto/error.h"
 #include "proto/request_validation.h"
 
 namespace pando::daemon {
@@ -12,11 +13,6 @@ namespace v1 = pando::helper::v1;
 namespace sbv1 = pando::helper::sandbox::v1;
 
 namespace {
-
-std::string user_name(uid_t uid) {
-  const std::optional<accounts::User> user = accounts::user_by_id(uid);
-  return user ? user->name : "uid" + std::to_string(uid);
-}
 
 std::string group_name(gid_t gid) {
   const std::optional<accounts::Group> group = accounts::group_by_id(gid);
@@ -39,25 +35,22 @@ std::vector<std::string> substitute_argv(const RoleConfig& role_config,
   return argv;
 }
 
-std::variant<sbv1::SandboxPlan, wire::RequestError> build_plan(
-    const std::string& session_id, v1::Role role, const RoleConfig& role_config,
-    const PeerIdentity& peer, const ResolvedProject& project, const DaemonConfig& config) {
+sbv1::SandboxPlan build_plan(v1::Role role, const RoleConfig& role_config, const PeerIdentity& peer,
+                             const ResolvedProject& project, const DaemonConfig& config) {
   const std::optional<accounts::User> account = accounts::user_by_name(role_config.user());
   if (!account) {
-    return wire::RequestError{
-        v1::ERROR_ROLE_NOT_CONFIGURED,
-        "role user " + role_config.user() +
-            " does not exist; run `pando-helper security setup-users` as root"};
+    throw Error(v1::ERROR_ROLE_NOT_CONFIGURED,
+                "role user " + role_config.user() +
+                    " does not exist; run `pando-helper security setup-users` as root");
   }
   if (account->uid == 0 || account->gid == 0) {
-    return wire::RequestError{v1::ERROR_ROLE_NOT_CONFIGURED,
-                              "role user " + role_config.user() + " must not be root"};
+    throw Error(v1::ERROR_ROLE_NOT_CONFIGURED,
+                "role user " + role_config.user() + " must not be root");
   }
   const std::string role_name = wire::role_name(role);
   const std::string sandbox_home = project.path + "/.pando-sandbox/" + role_name;
 
   sbv1::SandboxPlan plan;
-  plan.set_session_id(session_id);
   plan.set_role(role_name);
   for (auto& arg : substitute_argv(role_config, project.path)) plan.add_argv(std::move(arg));
   plan.set_project_root(project.path);
@@ -67,8 +60,6 @@ std::variant<sbv1::SandboxPlan, wire::RequestError> build_plan(
   ids->set_caller_gid(peer.gid);
   ids->set_role_uid(account->uid);
   ids->set_role_gid(account->gid);
-  plan.set_caller_user_name(user_name(peer.uid));
-  plan.set_caller_group_name(group_name(peer.gid));
   plan.set_role_user_name(account->name);
   plan.set_role_group_name(group_name(account->gid));
   for (const auto& path : role_config.runtime_paths()) plan.add_runtime_paths(path);

@@ -1,7 +1,6 @@
 #pragma once
 
 #include <string>
-#include <variant>
 
 #include "daemon/config.h"
 #include "daemon/peer_identity.h"
@@ -20,9 +19,12 @@ inline constexpr const char* kSandboxPath =
 
 // Everything the launcher needs, from root-owned config and kernel-given
 // identity only: the request contributes the role and the project path.
-std::variant<pando::helper::sandbox::v1::SandboxPlan, wire::RequestError> build_plan(
-    const std::string& session_id, pando::helper::v1::Role role, const RoleConfig& role_config,
-    const PeerIdentity& peer, const ResolvedProject& project, const DaemonConfig& config);
+// Throws pando::Error (ERROR_ROLE_NOT_CONFIGURED) when the role user is unusable.
+pando::helper::sandbox::v1::SandboxPlan build_plan(pando::helper::v1::Role role,
+                                                   const RoleConfig& role_config,
+                                                   const PeerIdentity& peer,
+                                                   const ResolvedProject& project,
+                                                   const DaemonConfig& config);
 
 // argv with every "{project_root}" replaced.
 std::vector<std::string> substitute_argv(const RoleConfig& role_config,

@@ -11,15 +11,13 @@
 #include <optional>
 
 #include "common/accounts.h"
-
 #include "common/blocked_syscall.h"
-
 #include "daemon/sandbox/mounts.h"
+#include "proto/error.h"
 
 namespace pando::daemon {
 
 namespace v1 = pando::helper::v1;
-using wire::RequestError;
 
 namespace {
 
@@ -37,26 +35,25 @@ bool is_same_or_under(const std::string& path, const std::string& tree) {
                           path[tree.size()] == '/');
 }
 
-RequestError ok() { return {v1::ERROR_UNSPECIFIED, ""}; }
-
-RequestError from_errno(int err, const std::string& what) {
+[[noreturn]] void fail_errno(int err, const std::string& what) {
   switch (err) {
     case ENOENT:
-      return {v1::ERROR_PATH_NOT_FOUND, what + " does not exist"};
+      throw Error(v1::ERROR_PATH_NOT_FOUND, what + " does not exist");
     case ELOOP:
-      return {v1::ERROR_PATH_SYMLINK, what + " has a symbolic link in it (not followed)"};
+      throw Error(v1::ERROR_PATH_SYMLINK, what + " has a symbolic link in it (not followed)");
     case ENOTDIR:
-      return {v1::ERROR_PATH_NOT_DIRECTORY, what + " is not a directory"};
+      throw Error(v1::ERROR_PATH_NOT_DIRECTORY, what + " is not a directory");
     case EACCES:
     case EPERM:
-      return {v1::ERROR_PATH_ACCESS_DENIED, what + " is not reachable with your permissions"};
+      throw Error(v1::ERROR_PATH_ACCESS_DENIED, what + " is not reachable with your permissions");
     case EXDEV:
-      return {v1::ERROR_PATH_SYMLINK, what + " escapes its parent"};
+      throw Error(v1::ERROR_PATH_SYMLINK, what + " escapes its parent");
     case ENOSYS:  // only openat2 can fail so here
-      return {v1::ERROR_SANDBOX_UNSUPPORTED,
-              blocked_syscall_message("openat2", "needed to open " + what + " without symlinks")};
+      throw Error(
+          v1::ERROR_SANDBOX_UNSUPPORTED,
+          blocked_syscall_message("openat2", "needed to open " + what + " without symlinks"));
     default:
-      return {v1::ERROR_PATH_NOT_FOUND, what + ": " + std::strerror(err)};
+      throw Error(v1::ERROR_PATH_NOT_FOUND, what + ": " + std::strerror(err));
   }
 }
 
@@ -67,16 +64,14 @@ std::string home_of(uid_t uid) {
 
 // Makes (as the caller, through CallerFsIdentity) and opens `name` below
 // `parent`, refusing anything that is not a directory owned by the caller.
-std::variant<UniqueFd, RequestError> make_owned_dir(int parent, const std::string& name,
-                                                    uid_t caller, const std::string& shown) {
-  if (mkdirat(parent, name.c_str(), 0700) != 0 && errno != EEXIST) {
-    return from_errno(errno, shown);
-  }
+UniqueFd make_owned_dir(int parent, const std::string& name, uid_t caller,
+                        const std::string& shown) {
+  if (mkdirat(parent, name.c_str(), 0700) != 0 && errno != EEXIST) fail_errno(errno, shown);
   UniqueFd fd(open_dir_no_symlinks(parent, name));
-  if (!fd.valid()) return from_errno(errno, shown);
+  if (!fd.valid()) fail_errno(errno, shown);
   struct stat st {};
-  if (fstat(fd.get(), &st) != 0) return from_errno(errno, shown);
-  if (st.st_uid != caller) return RequestError{v1::ERROR_PATH_NOT_OWNED, shown + " is not yours"};
+  if (fstat(fd.get(), &st) != 0) fail_errno(errno, shown);
+  if (st.st_uid != caller) throw Error(v1::ERROR_PATH_NOT_OWNED, shown + " is not yours");
   return fd;
 }
 
@@ -90,27 +85,26 @@ int open_dir_no_symlinks(int dirfd, const std::string& path) {
   return static_cast<int>(syscall(SYS_openat2, dirfd, path.c_str(), &how, sizeof(how)));
 }
 
-RequestError check_location_allowed(const std::string& path, const std::string& caller_home) {
+void check_location_allowed(const std::string& path, const std::string& caller_home) {
   for (const char* tree : kSystemTrees) {
     if (is_same_or_under(path, tree)) {
-      return {v1::ERROR_PATH_FORBIDDEN, path + " is a system location"};
+      throw Error(v1::ERROR_PATH_FORBIDDEN, path + " is a system location");
     }
   }
   for (const char* container : kContainers) {
-    if (path == container) return {v1::ERROR_PATH_FORBIDDEN, path + " is a system location"};
+    if (path == container) throw Error(v1::ERROR_PATH_FORBIDDEN, path + " is a system location");
   }
   if (!caller_home.empty() && path == caller_home) {
-    return {v1::ERROR_PATH_FORBIDDEN, path + " is your home directory itself"};
+    throw Error(v1::ERROR_PATH_FORBIDDEN, path + " is your home directory itself");
   }
   // /home/<name> (and /Users/<name>) are home directories even when the
   // caller's own is elsewhere.
   for (const char* homes : {"/home/", "/Users/"}) {
     const size_t n = std::strlen(homes);
     if (path.compare(0, n, homes) == 0 && path.find('/', n) == std::string::npos) {
-      return {v1::ERROR_PATH_FORBIDDEN, path + " is a home directory itself"};
+      throw Error(v1::ERROR_PATH_FORBIDDEN, path + " is a home directory itself");
     }
   }
-  return ok();
 }
 
 ProjectIdmapCheck check_project_idmap(const PeerIdentity& peer, const std::string& path,
@@ -132,43 +126,32 @@ ProjectIdmapCheck check_project_idmap(const PeerIdentity& peer, const std::strin
   }
 }
 
-std::variant<ResolvedProject, RequestError> resolve_project(const PeerIdentity& peer,
-                                                            const std::string& path,
-                                                            const std::string& role) {
+ResolvedProject resolve_project(const PeerIdentity& peer, const std::string& path,
+                                const std::string& role) {
   const std::string caller_home = home_of(peer.uid);
-  if (RequestError error = check_location_allowed(path, caller_home);
-      error.code != v1::ERROR_UNSPECIFIED) {
-    return error;
-  }
+  check_location_allowed(path, caller_home);
   ResolvedProject project;
   project.path = path;
 
   CallerFsIdentity as_caller(peer);
   project.root.reset(open_dir_no_symlinks(AT_FDCWD, path));
-  if (!project.root.valid()) return from_errno(errno, "project root " + path);
+  if (!project.root.valid()) fail_errno(errno, "project root " + path);
   struct stat st {};
-  if (fstat(project.root.get(), &st) != 0) return from_errno(errno, "project root " + path);
+  if (fstat(project.root.get(), &st) != 0) fail_errno(errno, "project root " + path);
   if (!S_ISDIR(st.st_mode)) {
-    return RequestError{v1::ERROR_PATH_NOT_DIRECTORY,
-                        "project root " + path + " is not a directory"};
+    throw Error(v1::ERROR_PATH_NOT_DIRECTORY, "project root " + path + " is not a directory");
   }
   if (st.st_uid != peer.uid) {
-    return RequestError{
-        v1::ERROR_PATH_NOT_OWNED,
-        "project root " + path + " is not owned by you (uid " + std::to_string(peer.uid) + ")"};
+    throw Error(v1::ERROR_PATH_NOT_OWNED, "project root " + path + " is not owned by you (uid " +
+                                              std::to_string(peer.uid) + ")");
   }
 
-  auto top =
+  const UniqueFd top =
       make_owned_dir(project.root.get(), ".pando-sandbox", peer.uid, path + "/.pando-sandbox");
-  if (auto* error = std::get_if<RequestError>(&top)) return *error;
-  auto role_dir = make_owned_dir(std::get<UniqueFd>(top).get(), role, peer.uid,
-                                 path + "/.pando-sandbox/" + role);
-  if (auto* error = std::get_if<RequestError>(&role_dir)) return *error;
-  project.sandbox_dir = std::move(std::get<UniqueFd>(role_dir));
+  project.sandbox_dir = make_owned_dir(top.get(), role, peer.uid, path + "/.pando-sandbox/" + role);
   for (const char* sub : kSandboxSubdirs) {
-    auto dir = make_owned_dir(project.sandbox_dir.get(), sub, peer.uid,
-                              path + "/.pando-sandbox/" + role + "/" + sub);
-    if (auto* error = std::get_if<RequestError>(&dir)) return *error;
+    make_owned_dir(project.sandbox_dir.get(), sub, peer.uid,
+                   path + "/.pando-sandbox/" + role + "/" + sub);
   }
 
   if (!caller_home.empty() && caller_home.front() == '/') {

@@ -1,11 +1,9 @@
 #pragma once
 
 #include <string>
-#include <variant>
 
 #include "common/unique_fd.h"
 #include "daemon/peer_identity.h"
-#include "proto/request_validation.h"
 
 namespace pando::daemon {
 
@@ -23,16 +21,16 @@ struct ResolvedProject {
 inline constexpr const char* kSandboxSubdirs[] = {"home", "tmp", "cache", "config", "data"};
 
 // Refuses system locations and home directories themselves (string check on
-// an already normalized path).
-wire::RequestError check_location_allowed(const std::string& path, const std::string& caller_home);
+// an already normalized path) with ERROR_PATH_FORBIDDEN.
+void check_location_allowed(const std::string& path, const std::string& caller_home);
 
 // Resolves `path` with the caller's own filesystem identity and no symlinks
 // at any component, checks it is a directory the caller owns, then creates
 // (as the caller) and opens .pando-sandbox/<role>/ and its subdirectories, and
-// opens ~/.pando-ai when it exists and belongs to the caller.
-std::variant<ResolvedProject, wire::RequestError> resolve_project(const PeerIdentity& peer,
-                                                                  const std::string& path,
-                                                                  const std::string& role);
+// opens ~/.pando-ai when it exists and belongs to the caller. Throws
+// pando::Error with the ERROR_PATH_* code of the first refusal.
+ResolvedProject resolve_project(const PeerIdentity& peer, const std::string& path,
+                                const std::string& role);
 
 // What `security status` says of a project: whether the caller's directory
 // (opened with the caller's own filesystem identity) can be idmapped to the

@@ -22,14 +22,13 @@ class SandboxPool {
   static constexpr std::chrono::seconds kMaxIdleAge{60};
 
   // `size` launchers are kept waiting (0: each is started on request).
-  // Throws std::system_error when /dev/null cannot be opened.
   SandboxPool(LauncherTemplate& launchers, unsigned size);
   ~SandboxPool();
   SandboxPool(const SandboxPool&) = delete;
   SandboxPool& operator=(const SandboxPool&) = delete;
 
   // The oldest waiting launcher that is still alive, else one started now.
-  // Throws std::system_error when starting one fails.
+  // Throws pando::Error (ERROR_LAUNCH_FAILED) when starting one fails.
   StartedSandbox take();
 
   // Starts launchers until `size` wait, replacing those older than

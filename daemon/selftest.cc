@@ -8,6 +8,7 @@
 #include <string>
 
 #include "daemon/daemon.h"
+#include "proto/error.h"
 
 namespace pando::daemon {
 
@@ -20,29 +21,26 @@ constexpr const char* kProbeName = "pando-helper-probe";
 
 // The config checked the sandbox helper's directory to be root's alone all
 // the way up, so no one else can swap the name checked here.
-std::optional<wire::RequestError> check_probe(const std::string& path) {
+void check_probe(const std::string& path) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) {
-    return wire::RequestError{v1::ERROR_SELFTEST_UNAVAILABLE,
-                              "selftest probe " + path + ": " + std::strerror(errno)};
+    throw Error(v1::ERROR_SELFTEST_UNAVAILABLE,
+                "selftest probe " + path + ": " + std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
-    return wire::RequestError{
-        v1::ERROR_SELFTEST_UNAVAILABLE,
-        "selftest probe " + path +
-            " must be a regular file owned by root and writable only by root"};
+    throw Error(v1::ERROR_SELFTEST_UNAVAILABLE,
+                "selftest probe " + path +
+                    " must be a regular file owned by root and writable only by root");
   }
-  return std::nullopt;
 }
 
 }  // namespace
 
-std::optional<wire::RequestError> make_selftest_plan(const Daemon& daemon, const PeerIdentity& peer,
-                                                     sbv1::SandboxPlan& plan) {
+void make_selftest_plan(const Daemon& daemon, const PeerIdentity& peer, sbv1::SandboxPlan& plan) {
   const std::string& helper = daemon.config().sandbox_helper_path();
   const std::string dir = helper.substr(0, helper.rfind('/'));
   const std::string probe = dir + "/" + kProbeName;
-  if (auto error = check_probe(probe)) return error;
+  check_probe(probe);
   plan.clear_argv();
   for (const std::string& arg :
        {probe, std::string("--role"), plan.role(), std::string("--caller-uid"),
@@ -68,7 +66,6 @@ std::optional<wire::RequestError> make_selftest_plan(const Daemon& daemon, const
     plan.add_argv("--runtime-path");
     plan.add_argv(path);
   }
-  return std::nullopt;
 }
 
 }  // namespace pando::daemon

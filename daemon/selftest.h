@@ -1,9 +1,6 @@
 #pragma once
 
-#include <optional>
-
 #include "daemon/peer_identity.h"
-#include "proto/request_validation.h"
 #include "proto/sandbox.pb.h"
 
 namespace pando::daemon {
@@ -15,7 +12,8 @@ class Daemon;
 // root-owned regular file only root can write), with arguments the daemon
 // chooses, and the probe's directory is bound read-only into the view like a
 // runtime path. Everything else of the plan stays as the launch built it.
-std::optional<wire::RequestError> make_selftest_plan(const Daemon& daemon, const PeerIdentity& peer,
-                                                     pando::helper::sandbox::v1::SandboxPlan& plan);
+// Throws pando::Error (ERROR_SELFTEST_UNAVAILABLE) when the probe is unusable.
+void make_selftest_plan(const Daemon& daemon, const PeerIdentity& peer,
+                        pando::helper::sandbox::v1::SandboxPlan& plan);
 
 }  // namespace pando::daemon

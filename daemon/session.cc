@@ -1,32 +1,23 @@
 #include "daemon/session.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <linux/magic.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <optional>
-#include <system_error>
 
 #include "common/accounts.h"
 #include "common/fd_passing.h"
 #include "common/json_log.h"
 #include "daemon/daemon.h"
-#include "daemon/plan.h"
 #include "daemon/project_root.h"
-#include "daemon/sandbox/mounts.h"
 #include "proto/error.h"
-#include "daemon/selftest.h"
 
 namespace pando::daemon {
 
@@ -38,82 +29,16 @@ namespace {
 
 constexpr auto kSetupTimeout = std::chrono::seconds(30);
 
-int signal_number(v1::Signal signal) {
-  switch (signal) {
-    case v1::SIGNAL_INT:
-      return SIGINT;
-    case v1::SIGNAL_TERM:
-      return SIGTERM;
-    case v1::SIGNAL_HUP:
-      return SIGHUP;
-    default:
-      return 0;
-  }
-}
-
 bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 
 }  // namespace
 
-// What a launch's thread (Daemon::run_off_loop) hands back to the event loop.
-struct PreparedLaunch {
-  std::optional<wire::RequestError> error;
-  sbv1::SandboxPlan plan;
-  sandbox::PlanTrees trees;  // idmapped clones of the caller's directories, runtime paths
-  std::string auth_home_note;
+// What a launch's thread hands back to the event loop: the prepared launch,
+// or what it threw, rethrown on the loop (a thread's work must not throw).
+struct Session::Prepared {
+  PreparedLaunch launch;
+  std::exception_ptr error;
 };
-
-namespace {
-
-// On a thread of its own: everything of a launch that touches a filesystem
-// (resolving the project as the caller, creating .pando-sandbox, the idmapped
-// clones, the runtime paths' clones), which a hung one can block in the
-// kernel. Of the daemon it uses only what is safe from any thread (config,
-// idmap_userns).
-void prepare_launch(Daemon& daemon, const PeerIdentity& peer, const std::string& session_id,
-                    const wire::ValidRequest& request, bool selftest, PreparedLaunch& out) {
-  try {
-    const std::string role = wire::role_name(request.role);
-    auto resolved = resolve_project(peer, request.project_root, role);
-    if (auto* error = std::get_if<wire::RequestError>(&resolved)) {
-      out.error = *error;
-      return;
-    }
-    const auto& project = std::get<ResolvedProject>(resolved);
-    out.auth_home_note = project.auth_home_note;
-    auto plan = build_plan(session_id, request.role, daemon.role_config(role), peer, project,
-                           daemon.config());
-    if (auto* error = std::get_if<wire::RequestError>(&plan)) {
-      out.error = *error;
-      return;
-    }
-    out.plan = std::move(std::get<sbv1::SandboxPlan>(plan));
-    if (selftest) {
-      if (auto error = make_selftest_plan(daemon, peer, out.plan)) {
-        out.error = *error;
-        return;
-      }
-    }
-    // The caller's directories, idmapped here: an unsupported filesystem is
-    // refused before any launcher is involved.
-    const sbv1::IdMapping& ids = out.plan.ids();
-    const UniqueFd userns =
-        daemon.idmap_userns(ids.caller_uid(), ids.caller_gid(), ids.role_uid(), ids.role_gid());
-    out.trees.caller = sandbox::clone_caller_trees(
-        out.plan.project_root(), project.root.get(), project.sandbox_dir.get(),
-        project.auth_home.valid() ? project.auth_home.get() : -1, userns.get(),
-        out.plan.project_writable());
-    for (const std::string& path : out.plan.runtime_paths()) {
-      out.trees.runtime.push_back(sandbox::clone_runtime_tree(path));
-    }
-  } catch (const pando::Error& e) {
-    out.error = wire::RequestError{e.code(), e.what()};
-  } catch (const std::exception& e) {
-    out.error = wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};
-  }
-}
-
-}  // namespace
 
 Session::Session(Daemon& daemon, Socket socket, PeerIdentity peer, std::string id)
     : daemon_(daemon),
@@ -136,171 +61,84 @@ void Session::start() {
   handshake_timer_.expires_after(
       std::chrono::milliseconds(daemon_.config().handshake_timeout_ms()));
   handshake_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (ec || self->state_ == State::kClosed) return;
-    if (self->state_ == State::kPreface || self->state_ == State::kRequest) {
+    if (ec || self->state() == State::kClosed) return;
+    if (self->state() == State::kPreface || self->state() == State::kRequest) {
       self->reject(v1::ERROR_HANDSHAKE_TIMEOUT, "no launch request within the handshake timeout");
     }
   });
-  read_preface();
+  receive_request();
 }
 
-void Session::wait_readable(void (Session::*receive)()) {
+void Session::wait_readable() {
   socket_.async_wait(Socket::wait_read,
-                     [self = shared_from_this(), receive](const boost::system::error_code& ec) {
-                       if (self->state_ == State::kClosed) return;
+                     [self = shared_from_this()](const boost::system::error_code& ec) {
+                       if (self->state() == State::kClosed) return;
                        if (ec) return self->close();
-                       ((*self).*receive)();
+                       self->receive_request();
                      });
 }
 
 // Every handshake byte comes through recvmsg() with room for fds, so none
-// slip in unseen. Fds count only with the request header, in the one message
-// that brings all of it (how the client sends them: attached to the frame's
-// first byte); with any other read they are closed at once and the request
-// refused, so a connection never holds more than one request's fds.
-Session::Received Session::receive_part(uint8_t* data, size_t size, size_t& have,
-                                        bool fds_allowed) {
-  std::vector<UniqueFd> fds;
-  bool truncated = false;
-  const ssize_t n = receive_with_fds(socket_.native_handle(), data + have, size - have,
-                                     kMaxPassedFds, MSG_DONTWAIT, fds, truncated);
-  if (n < 0 && would_block(errno)) return Received::kMore;
-  if (n <= 0) {
-    close();
-    return Received::kEnded;
-  }
-  // Stream socket: only the fds can be cut off (MSG_CTRUNC; the kernel closed
-  // the rest).
-  const bool with_header = fds_allowed && have == 0 && static_cast<size_t>(n) == size;
-  if (truncated || (!fds.empty() && !with_header)) {
-    fds.clear();
-    reject(v1::ERROR_BAD_STDIO_FDS,
-           truncated ? "too many file descriptors attached to the request"
-                     : "file descriptors may only come with the request header, in one message");
-    return Received::kEnded;
-  }
-  if (!fds.empty()) passed_fds_ = std::move(fds);
-  have += static_cast<size_t>(n);
-  return have == size ? Received::kAll : Received::kMore;
-}
-
-void Session::read_preface() { wait_readable(&Session::receive_preface); }
-
-void Session::receive_preface() {
-  const Received got = receive_part(preface_.data(), preface_.size(), preface_have_, false);
-  if (got == Received::kEnded) return;
-  if (got == Received::kMore) return read_preface();
-  switch (wire::check_preface(preface_)) {
-    case wire::PrefaceCheck::kBadMagic:
-      return reject(v1::ERROR_BAD_PREFACE, "this is not a pando-helper client (bad preface)");
-    case wire::PrefaceCheck::kUnsupportedVersion:
-      return reject(v1::ERROR_UNSUPPORTED_VERSION,
-                    fmt::format("protocol version not supported; this daemon speaks version {}",
-                                wire::kProtocolVersion));
-    case wire::PrefaceCheck::kOk:
-      state_ = State::kRequest;
-      return read_request_header();
-  }
-}
-
-void Session::read_request_header() { wait_readable(&Session::receive_request_header); }
-
-void Session::receive_request_header() {
-  const Received got = receive_part(header_.data(), header_.size(), header_have_, true);
-  if (got == Received::kEnded) return;
-  if (got == Received::kMore) return read_request_header();
-  const wire::FrameHeader header = wire::decode_header(header_);
-  if (header.type != v1::FRAME_LAUNCH_REQUEST && header.type != v1::FRAME_STATUS_REQUEST &&
-      header.type != v1::FRAME_SELFTEST_REQUEST) {
-    return reject(v1::ERROR_UNEXPECTED_FRAME,
-                  fmt::format("expected a launch request, got frame type {}", header.type));
-  }
-  if (header.length > wire::max_payload(header.type)) {
-    return reject(v1::ERROR_FRAME_TOO_LARGE,
-                  fmt::format("frame of {} bytes is over the {} byte cap", header.length,
-                              wire::max_payload(header.type)));
-  }
-  request_type_ = header.type;
-  request_payload_.resize(header.length);
-  read_request_payload();
-}
-
-std::optional<wire::RequestError> Session::take_direct_stdio() {
-  if (passed_fds_.empty()) return std::nullopt;
-  const auto bad = [](const std::string& why) {
-    return wire::RequestError{v1::ERROR_BAD_STDIO_FDS, why};
-  };
-  if (passed_fds_.size() != 2) {
-    return bad("direct stdio takes exactly two fds (stdin, stdout), got " +
-               std::to_string(passed_fds_.size()));
-  }
-  // Only anonymous pipes: a terminal (TIOCSTI), a socket or a file of the
-  // caller's would hand the role more than a byte stream; a named FIFO is a
-  // file on a filesystem (reopened through /proc/self/fd, with any mode the
-  // role may ask for); an O_PATH fd is no stream at all.
-  for (size_t i = 0; i < 2; ++i) {
-    const std::string name = i == 0 ? "stdin" : "stdout";
-    const int fd = passed_fds_[i].get();
-    struct stat st {};
-    struct statfs fs {};
-    const int flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || fstat(fd, &st) != 0 || fstatfs(fd, &fs) != 0) {
-      return bad(name + " fd cannot be inspected: " + std::strerror(errno));
+// slip in unseen; the protocol core decides whether they may come with these
+// bytes. Exactly the bytes it wants are read: a preface, a header, the rest
+// of a payload.
+void Session::receive_request() {
+  std::array<uint8_t, wire::kMaxControlPayload> buffer{};
+  while (state() == State::kPreface || state() == State::kRequest) {
+    std::vector<UniqueFd> fds;
+    bool truncated = false;
+    const ssize_t n = receive_with_fds(socket_.native_handle(), buffer.data(), protocol_.want(),
+                                       kMaxPassedFds, MSG_DONTWAIT, fds, truncated);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && would_block(errno)) return wait_readable();
+    if (n <= 0) return close();
+    // Stream socket: only the fds can be cut off (MSG_CTRUNC; the kernel
+    // closed the rest).
+    if (truncated) {
+      return reject(v1::ERROR_BAD_STDIO_FDS, "too many file descriptors attached to the request");
     }
-    if (flags & O_PATH) return bad(name + " fd is an O_PATH descriptor, not a pipe");
-    if (!S_ISFIFO(st.st_mode)) return bad(name + " fd is not a pipe");
-    if (fs.f_type != PIPEFS_MAGIC) return bad(name + " fd is a named FIFO, not an anonymous pipe");
-    const int mode = flags & O_ACCMODE;
-    if ((i == 0 && mode == O_WRONLY) || (i == 1 && mode == O_RDONLY)) {
-      return bad(i == 0 ? "stdin fd is not readable" : "stdout fd is not writable");
+    const bool with_fds = !fds.empty();
+    if (with_fds) passed_fds_ = std::move(fds);
+    const wire::Action action =
+        protocol_.feed(std::span(buffer.data(), static_cast<size_t>(n)), with_fds);
+    if (const auto* refused = std::get_if<wire::action::Reject>(&action)) {
+      return reject(refused->code, refused->message);
+    }
+    if (const auto* launch = std::get_if<wire::action::StartLaunch>(&action)) {
+      return guarded([&] { handle_launch_request(launch->request, launch->selftest); });
+    }
+    if (const auto* query = std::get_if<wire::action::StatusQuery>(&action)) {
+      return guarded([&] { handle_status_request(query->project_root); });
     }
   }
-  direct_.emplace();
-  direct_->stdin_read = std::move(passed_fds_[0]);
-  direct_->stdout_write = std::move(passed_fds_[1]);
-  passed_fds_.clear();
-  return std::nullopt;
 }
 
-void Session::read_request_payload() {
-  // An empty payload (a status request without a project) is complete as is:
-  // a zero-byte read would look like end of file.
-  if (payload_have_ == request_payload_.size()) return handle_request();
-  wait_readable(&Session::receive_request_payload);
-}
-
-void Session::receive_request_payload() {
-  const Received got =
-      receive_part(request_payload_.data(), request_payload_.size(), payload_have_, false);
-  if (got == Received::kEnded) return;
-  if (got == Received::kMore) return read_request_payload();
-  handle_request();
-}
-
-void Session::handle_request() {
-  if (request_type_ == v1::FRAME_STATUS_REQUEST) return handle_status_request(request_payload_);
-  handle_launch_request(request_payload_);
-}
-
-std::optional<wire::RequestError> Session::resolve_off_loop(std::function<void()> work,
-                                                            std::function<void()> done,
-                                                            std::function<void()> timed_out) {
+// The one place a request's pando::Error becomes the client's answer.
+template <typename Work>
+void Session::guarded(Work&& work) {
   try {
-    daemon_.run_off_loop(peer_.uid, std::move(work),
-                         [self = shared_from_this(), done = std::move(done)] {
-                           // Refused (timeout, shutdown) or gone meanwhile:
-                           // what the thread made is dropped.
-                           if (self->state_ != State::kResolving) return;
-                           self->handshake_timer_.cancel();
-                           done();
-                         });
-  } catch (const std::system_error& e) {
-    return wire::RequestError{v1::ERROR_LAUNCH_FAILED,
-                              std::string("cannot start a thread for the project: ") + e.what()};
+    work();
+  } catch (const Error& e) {
+    reject(e.code(), e.what());
+  } catch (const std::exception& e) {
+    // Code that does not throw pando::Error yet (asio, std, cgroups.cc): as before, a launch
+    // that could not be set up.
+    reject(v1::ERROR_LAUNCH_FAILED, e.what());
   }
+}
+
+void Session::resolve_off_loop(std::function<void()> work, std::function<void()> done,
+                               std::function<void()> timed_out) {
+  daemon_.run_off_loop(peer_.uid, std::move(work),
+                       [self = shared_from_this(), done = std::move(done)] {
+                         // Refused (timeout, shutdown) or gone meanwhile:
+                         // what the thread made is dropped.
+                         if (self->state() != State::kResolving) return;
+                         self->handshake_timer_.cancel();
+                         self->guarded(done);
+                       });
   // The thread holds the connection's pending slot now, until it returns.
   pending_ = false;
-  state_ = State::kResolving;
   watch_hangup();
   // A thread stuck in the kernel cannot be cancelled: the client gets its
   // answer in time anyway, and the thread keeps its slot.
@@ -308,22 +146,13 @@ std::optional<wire::RequestError> Session::resolve_off_loop(std::function<void()
       std::chrono::milliseconds(daemon_.config().handshake_timeout_ms()));
   handshake_timer_.async_wait([self = shared_from_this(), timed_out = std::move(timed_out)](
                                   const boost::system::error_code& ec) {
-    if (!ec && self->state_ == State::kResolving) timed_out();
+    if (!ec && self->state() == State::kResolving) timed_out();
   });
-  return std::nullopt;
 }
 
-void Session::handle_status_request(const std::vector<uint8_t>& payload) {
+void Session::handle_status_request(const std::string& root) {
   handshake_timer_.cancel();
-  if (!passed_fds_.empty()) {
-    return reject(v1::ERROR_BAD_STDIO_FDS, "a status request takes no file descriptors");
-  }
-  v1::StatusRequest request;
-  if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-    return reject(v1::ERROR_MALFORMED_REQUEST, "status request does not parse");
-  }
   auto status = std::make_shared<v1::Status>(daemon_.status());
-  const std::string root = request.project_root();
   if (root.empty()) return send_status(*status);
   const auto add_layer = [status](bool available, const std::string& detail) {
     auto* layer = status->add_layers();
@@ -331,19 +160,16 @@ void Session::handle_status_request(const std::vector<uint8_t>& payload) {
     layer->set_available(available);
     layer->set_detail(detail);
   };
-  if (const auto error = wire::check_project_root_string(root);
-      error.code != v1::ERROR_UNSPECIFIED) {
-    add_layer(false, root + ": " + error.message);
-    return send_status(*status);
-  }
   const RoleConfig& role = daemon_.config().workspace();
   const std::optional<accounts::User> user = accounts::user_by_name(role.user());
   const uid_t role_uid = user ? user->uid : 65534;
   const gid_t role_gid = user ? user->gid : 65534;
   auto check = std::make_shared<ProjectIdmapCheck>();
-  const auto error = resolve_off_loop(
+  resolve_off_loop(
       [check, peer = peer_, root, role_uid, role_gid] {
+        // Not a failure of the request: what status says of this project.
         try {
+          wire::check_project_root_string(root);
           *check = check_project_idmap(peer, root, role_uid, role_gid);
         } catch (const std::exception& e) {
           *check = {false, root + ": " + e.what()};
@@ -358,34 +184,24 @@ void Session::handle_status_request(const std::vector<uint8_t>& payload) {
                                      daemon_.config().handshake_timeout_ms()));
         send_status(*status);
       });
-  if (error) reject(error->code, error->message);
 }
 
 void Session::send_status(const v1::Status& status) {
   // The buffer must outlive the asynchronous write: the handler owns it.
   auto frame =
       std::make_shared<std::vector<uint8_t>>(wire::encode_message_frame(v1::FRAME_STATUS, status));
-  state_ = State::kClosed;
+  protocol_.close();
   asio::async_write(socket_, asio::buffer(*frame),
                     [self = shared_from_this(), frame](const boost::system::error_code&, size_t) {
                       self->close();
                     });
 }
 
-void Session::handle_launch_request(const std::vector<uint8_t>& payload) {
+// SECURITY.md's "In the daemon" steps, from the request on: the steps
+// themselves are in daemon/launch_pipeline.cc; this is their I/O.
+void Session::handle_launch_request(const wire::ValidRequest& request, bool selftest) {
   handshake_timer_.cancel();
-  // A selftest is a launch whose program the daemon picks (make_selftest_plan).
-  const bool selftest = request_type_ == v1::FRAME_SELFTEST_REQUEST;
-  auto result =
-      selftest ? wire::validate_selftest_request(payload) : wire::validate_launch_request(payload);
-  if (auto* error = std::get_if<wire::RequestError>(&result)) {
-    return reject(error->code, error->message);
-  }
-  const auto request = std::get<wire::ValidRequest>(result);
-  if (selftest && !passed_fds_.empty()) {
-    return reject(v1::ERROR_BAD_STDIO_FDS, "a selftest request takes no file descriptors");
-  }
-  if (auto error = take_direct_stdio()) return reject(error->code, error->message);
+  direct_ = take_direct_stdio(passed_fds_);
   direct_stdio_ = direct_.has_value();
   role_ = wire::role_name(request.role);
   project_root_ = request.project_root;
@@ -395,11 +211,16 @@ void Session::handle_launch_request(const std::vector<uint8_t>& payload) {
                                  {"role", role_},
                                  {"project_root", project_root_},
                                  {"selftest", selftest}});
-  if (auto error = admit_launch()) return reject(error->code, error->message);
-  auto prepared = std::make_shared<PreparedLaunch>();
-  const auto error = resolve_off_loop(
-      [&daemon = daemon_, prepared, peer = peer_, id = id_, request, selftest] {
-        prepare_launch(daemon, peer, id, request, selftest, *prepared);
+  admit_caller(daemon_, peer_);
+  reserved_ = true;
+  auto prepared = std::make_shared<Prepared>();
+  resolve_off_loop(
+      [&daemon = daemon_, prepared, peer = peer_, request, selftest] {
+        try {
+          prepared->launch = prepare_launch(daemon, peer, request, selftest);
+        } catch (...) {
+          prepared->error = std::current_exception();
+        }
       },
       [this, prepared] { on_launch_prepared(*prepared); },
       [this] {
@@ -407,34 +228,61 @@ void Session::handle_launch_request(const std::vector<uint8_t>& payload) {
                fmt::format("project {} did not answer within {} ms (is its filesystem hung?)",
                            project_root_, daemon_.config().handshake_timeout_ms()));
       });
-  if (error) reject(error->code, error->message);
 }
 
-void Session::on_launch_prepared(PreparedLaunch& prepared) {
-  if (prepared.error) return reject(prepared.error->code, prepared.error->message);
-  if (!prepared.auth_home_note.empty()) {
-    log::warn("auth_home_skipped", {{"session", id_}, {"reason", prepared.auth_home_note}});
+void Session::on_launch_prepared(Prepared& prepared) {
+  if (prepared.error) std::rethrow_exception(prepared.error);
+  if (!prepared.launch.auth_home_note.empty()) {
+    log::warn("auth_home_skipped", {{"session", id_}, {"reason", prepared.launch.auth_home_note}});
   }
-  if (auto error = launch(prepared)) return reject(error->code, error->message);
-  state_ = State::kStarting;
+  start_launch(daemon_, id_, peer_, role_, prepared.launch, direct_ ? &*direct_ : nullptr, launch_);
+  watch_launcher();
+  control_.assign(launch_.sandbox.control.release());
+  if (direct_) {
+    // The role holds the caller's pipes itself; the daemon keeps no copy.
+    direct_.reset();
+    stdout_.eof = true;
+  } else {
+    stdin_.assign(launch_.stdio.stdin_write.release());
+    stdout_.descriptor.assign(launch_.stdio.stdout_read.release());
+    stdin_.non_blocking(true);
+    stdout_.descriptor.non_blocking(true);
+  }
+  stderr_.descriptor.assign(launch_.stdio.stderr_read.release());
+  stderr_.descriptor.non_blocking(true);
+  protocol_.starting();
   watch_hangup();
   wait_for_control();
   // A launcher stuck in setup (e.g. on a hung filesystem) must not hold the
   // session and its client forever.
   handshake_timer_.expires_after(kSetupTimeout);
   handshake_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (!ec && self->state_ == State::kStarting) {
+    if (!ec && self->state() == State::kStarting) {
       self->reject(v1::ERROR_LAUNCH_FAILED, "the sandbox setup did not finish in time");
     }
   });
 }
 
+// The session's launcher, once taken (also when a later step failed): its
+// exit is watched through the pidfd, and close() waits for it.
+void Session::watch_launcher() {
+  if (launched_ || !launch_.sandbox.pidfd.valid()) return;
+  launched_ = true;
+  pidfd_.assign(launch_.sandbox.pidfd.release());
+  pidfd_.async_wait(Descriptor::wait_read,
+                    [self = shared_from_this()](const boost::system::error_code& ec) {
+                      if (!ec) self->on_sandbox_exited();
+                    });
+}
+
 void Session::reject(v1::ErrorCode code, const std::string& message) {
-  if (state_ == State::kClosed) return;
+  // Not the state: the protocol core is already closed when the verdict is its own.
+  if (!socket_.is_open()) return;
   log::warn("launch_rejected", {{"session", id_},
                                 {"uid", static_cast<int64_t>(peer_.uid)},
                                 {"code", v1::ErrorCode_Name(code)},
                                 {"message", message}});
+  watch_launcher();
   if (launched_) {
     end_reason_ = v1::END_PROTOCOL_ERROR;
     kill_sandbox();
@@ -460,76 +308,6 @@ void Session::reject(v1::ErrorCode code, const std::string& message) {
   close();
 }
 
-std::optional<wire::RequestError> Session::admit_launch() {
-  if (daemon_.shutting_down()) {
-    return wire::RequestError{v1::ERROR_SHUTTING_DOWN, "the daemon is shutting down"};
-  }
-  if (peer_.uid == 0 || peer_.gid == 0) {
-    return wire::RequestError{v1::ERROR_CALLER_IS_ROOT,
-                              "root cannot launch a role; run the client as the project's owner"};
-  }
-  if (auto error = daemon_.reserve_session(peer_.uid)) return error;
-  reserved_ = true;
-  return std::nullopt;
-}
-
-std::optional<wire::RequestError> Session::launch(PreparedLaunch& prepared) {
-  const RoleConfig& role_config = daemon_.role_config(role_);
-  const sbv1::SandboxPlan& sandbox_plan = prepared.plan;
-  const sandbox::PlanTrees& trees = prepared.trees;
-  try {
-    cgroup_ = daemon_.create_session_cgroup(id_, peer_.uid, role_config);
-  } catch (const std::exception& e) {
-    return wire::RequestError{v1::ERROR_CGROUP_UNAVAILABLE, e.what()};
-  }
-  SessionStdio stdio;
-  try {
-    stdio = make_session_stdio(direct_ ? &*direct_ : nullptr);
-    sandbox_ = daemon_.take_sandbox();
-  } catch (const std::exception& e) {
-    return wire::RequestError{v1::ERROR_LAUNCH_FAILED, e.what()};
-  }
-  launched_ = true;
-  pidfd_.assign(sandbox_.pidfd.release());
-  pidfd_.async_wait(Descriptor::wait_read,
-                    [self = shared_from_this()](const boost::system::error_code& ec) {
-                      if (!ec) self->on_sandbox_exited();
-                    });
-  // Limits and accounting hold before the role exists: the launcher waits
-  // for its plan, which comes only once it is in the session's cgroups.
-  try {
-    if (cgroup_) cgroup_->add_process(sandbox_.pid);
-  } catch (const std::exception& e) {
-    kill_sandbox();
-    return wire::RequestError{v1::ERROR_CGROUP_UNAVAILABLE, e.what()};
-  }
-  std::vector<int> fds = {stdio.child[0].get(), stdio.child[1].get(), stdio.child[2].get(),
-                          trees.caller.project.get(), trees.caller.sandbox_dir.get()};
-  if (trees.caller.auth_home.valid()) fds.push_back(trees.caller.auth_home.get());
-  for (const UniqueFd& tree : trees.runtime) fds.push_back(tree.get());
-  try {
-    send_plan(sandbox_.control.get(), sandbox_plan.SerializeAsString(), fds);
-  } catch (const std::exception& e) {
-    kill_sandbox();
-    return wire::RequestError{v1::ERROR_LAUNCH_FAILED,
-                              std::string("cannot hand the plan to the launcher: ") + e.what()};
-  }
-  control_.assign(sandbox_.control.release());
-  if (direct_) {
-    // The role holds the caller's pipes itself; the daemon keeps no copy.
-    direct_.reset();
-    stdout_.eof = true;
-  } else {
-    stdin_.assign(stdio.stdin_write.release());
-    stdout_.descriptor.assign(stdio.stdout_read.release());
-    stdin_.non_blocking(true);
-    stdout_.descriptor.non_blocking(true);
-  }
-  stderr_.descriptor.assign(stdio.stderr_read.release());
-  stderr_.descriptor.non_blocking(true);
-  return std::nullopt;
-}
-
 void Session::wait_for_control() {
   control_.async_wait(Descriptor::wait_read,
                       [self = shared_from_this()](const boost::system::error_code& ec) {
@@ -549,7 +327,7 @@ void Session::handle_control_events() {
       // The launcher (init) is gone; its exit is handled through the pidfd.
       boost::system::error_code ignored;
       control_.close(ignored);
-      if (state_ == State::kStarting) {
+      if (state() == State::kStarting) {
         reject(v1::ERROR_LAUNCH_FAILED, "the sandbox launcher exited during setup");
       }
       return;
@@ -557,7 +335,7 @@ void Session::handle_control_events() {
     sbv1::SandboxEvent event;
     if (!event.ParseFromArray(buffer.data(), static_cast<int>(n))) continue;
     handle_sandbox_event(event);
-    if (state_ == State::kClosed) return;
+    if (state() == State::kClosed) return;
   }
 }
 
@@ -567,17 +345,17 @@ void Session::handle_sandbox_event(const sbv1::SandboxEvent& event) {
   // a delay: starting launchers while a short session runs slows it down.
   if (event.has_setup_failed()) daemon_.schedule_prestart();
   if (event.has_started()) daemon_.schedule_prestart_later();
-  if (event.has_setup_failed() && state_ == State::kStarting) {
+  if (event.has_setup_failed() && state() == State::kStarting) {
     const auto code = static_cast<v1::ErrorCode>(event.setup_failed().code());
     return reject(v1::ErrorCode_IsValid(code) ? code : v1::ERROR_LAUNCH_FAILED,
                   event.setup_failed().message());
   }
-  if (event.has_started() && state_ == State::kStarting) return begin_running();
+  if (event.has_started() && state() == State::kStarting) return begin_running();
   if (event.has_role_exited()) role_exit_ = event.role_exited();
 }
 
 void Session::begin_running() {
-  state_ = State::kRunning;
+  protocol_.running(direct_stdio_);
   accepted_ = true;
   handshake_timer_.cancel();
   v1::Accepted accepted;
@@ -586,273 +364,9 @@ void Session::begin_running() {
   log::info("session_started", {{"session", id_},
                                 {"uid", static_cast<int64_t>(peer_.uid)},
                                 {"role", role_},
-                                {"sandbox_pid", static_cast<int64_t>(sandbox_.pid)}});
+                                {"sandbox_pid", static_cast<int64_t>(launch_.sandbox.pid)}});
   pump_output();
   pump_input();
-}
-
-// --- client -> child stdin -------------------------------------------------
-
-void Session::watch_hangup() {
-  if (hangup_watch_) return;
-  hangup_watch_ = true;
-  // EPOLLHUP: the client closed its end entirely, even while unread stdin
-  // data is still queued in front of the EOF.
-  socket_.async_wait(Socket::wait_error,
-                     [self = shared_from_this()](const boost::system::error_code& ec) {
-                       self->hangup_watch_ = false;
-                       if (ec || self->state_ == State::kClosed) return;
-                       pollfd pfd{self->socket_.native_handle(), POLLIN, 0};
-                       if (poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLHUP | POLLERR))) {
-                         return self->client_gone("client hung up");
-                       }
-                       self->watch_hangup();
-                     });
-}
-
-bool Session::handle_input_header() {
-  const wire::FrameHeader header = wire::decode_header(in_header_);
-  in_header_have_ = 0;
-  in_type_ = header.type;
-  const uint32_t cap = wire::max_payload(header.type);
-  switch (header.type) {
-    case v1::FRAME_STDIN_DATA:
-    case v1::FRAME_SIGNAL:
-      if (header.type == v1::FRAME_STDIN_DATA && direct_stdio_) {
-        reject(v1::ERROR_UNEXPECTED_FRAME, "stdin data on a session with direct stdio");
-        return false;
-      }
-      if (header.length > cap) {
-        reject(v1::ERROR_FRAME_TOO_LARGE,
-               fmt::format("frame of {} bytes is over the {} byte cap", header.length, cap));
-        return false;
-      }
-      if (header.type == v1::FRAME_STDIN_DATA && stdin_eof_received_) {
-        reject(v1::ERROR_UNEXPECTED_FRAME, "stdin data after stdin EOF");
-        return false;
-      }
-      in_remaining_ = header.length;
-      in_small_.clear();
-      if (header.type == v1::FRAME_SIGNAL && header.length == 0) {
-        reject(v1::ERROR_MALFORMED_REQUEST, "empty signal frame");
-        return false;
-      }
-      return true;
-    case v1::FRAME_STDIN_EOF:
-      if (direct_stdio_) {
-        reject(v1::ERROR_UNEXPECTED_FRAME, "stdin EOF on a session with direct stdio");
-        return false;
-      }
-      if (header.length != 0) {
-        reject(v1::ERROR_MALFORMED_REQUEST, "stdin EOF frame with a payload");
-        return false;
-      }
-      stdin_eof_received_ = true;
-      if (stdin_.is_open()) {
-        boost::system::error_code ignored;
-        stdin_.close(ignored);
-      }
-      return true;
-    case v1::FRAME_LAUNCH_REQUEST:
-      reject(v1::ERROR_DUPLICATE_REQUEST, "a second launch request on one connection");
-      return false;
-    default:
-      reject(v1::ERROR_UNEXPECTED_FRAME,
-             fmt::format("frame type {} is not allowed during a session", header.type));
-      return false;
-  }
-}
-
-void Session::pump_input() {
-  const int sock = socket_.native_handle();
-  while (state_ == State::kRunning && !client_gone_) {
-    if (in_remaining_ == 0) {
-      const ssize_t n = recv(sock, in_header_.data() + in_header_have_,
-                             in_header_.size() - in_header_have_, MSG_DONTWAIT);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && would_block(errno)) break;
-      if (n <= 0) return client_gone(n == 0 ? "client closed the connection" : "client read error");
-      in_header_have_ += static_cast<size_t>(n);
-      if (in_header_have_ < in_header_.size()) continue;
-      if (!handle_input_header()) return;
-      continue;
-    }
-    if (in_type_ == v1::FRAME_SIGNAL) {
-      std::array<uint8_t, 64> chunk{};
-      const ssize_t n =
-          recv(sock, chunk.data(), std::min<size_t>(chunk.size(), in_remaining_), MSG_DONTWAIT);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && would_block(errno)) break;
-      if (n <= 0) return client_gone("client closed the connection");
-      in_small_.insert(in_small_.end(), chunk.begin(), chunk.begin() + n);
-      in_remaining_ -= static_cast<uint32_t>(n);
-      if (in_remaining_ > 0) continue;
-      v1::SignalRequest request;
-      const int signo = request.ParseFromArray(in_small_.data(), static_cast<int>(in_small_.size()))
-                            ? signal_number(request.signal())
-                            : 0;
-      if (signo == 0) return reject(v1::ERROR_MALFORMED_REQUEST, "unknown signal in signal frame");
-      if (pidfd_.is_open())
-        syscall(SYS_pidfd_send_signal, pidfd_.native_handle(), signo, nullptr, 0);
-      continue;
-    }
-    // Stdin data: straight from the socket into the child's stdin pipe.
-    if (stdin_.is_open()) {
-      const ssize_t n = splice(sock, nullptr, stdin_.native_handle(), nullptr, in_remaining_,
-                               SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
-      if (n > 0) {
-        in_remaining_ -= static_cast<uint32_t>(n);
-        continue;
-      }
-      if (n == 0) return client_gone("client closed the connection mid-frame");
-      if (errno == EINTR) continue;
-      if (would_block(errno)) {
-        pollfd fds[2] = {{sock, POLLIN, 0}, {stdin_.native_handle(), POLLOUT, 0}};
-        poll(fds, 2, 0);
-        if (!(fds[0].revents & POLLIN)) break;  // wait for the client
-        if (fds[1].revents & POLLOUT) continue;
-        if (fds[1].revents & (POLLERR | POLLHUP)) {
-          boost::system::error_code ignored;
-          stdin_.close(ignored);
-          continue;
-        }
-        if (in_waiting_) return;
-        in_waiting_ = true;
-        stdin_.async_wait(Descriptor::wait_write,
-                          [self = shared_from_this()](const boost::system::error_code& ec) {
-                            self->in_waiting_ = false;
-                            if (!ec) self->pump_input();
-                          });
-        return;
-      }
-      // The child closed its stdin (EPIPE): the rest of its input is dropped.
-      boost::system::error_code ignored;
-      stdin_.close(ignored);
-      continue;
-    }
-    std::array<uint8_t, 16384> discard{};
-    const ssize_t n =
-        recv(sock, discard.data(), std::min<size_t>(discard.size(), in_remaining_), MSG_DONTWAIT);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && would_block(errno)) break;
-    if (n <= 0) return client_gone("client closed the connection");
-    in_remaining_ -= static_cast<uint32_t>(n);
-  }
-  if (state_ != State::kRunning || client_gone_ || in_waiting_) return;
-  in_waiting_ = true;
-  socket_.async_wait(Socket::wait_read,
-                     [self = shared_from_this()](const boost::system::error_code& ec) {
-                       self->in_waiting_ = false;
-                       if (!ec) self->pump_input();
-                     });
-}
-
-// --- child stdout/stderr -> client -----------------------------------------
-
-void Session::queue_frame(v1::FrameType type, const google::protobuf::MessageLite& msg) {
-  const auto frame = wire::encode_message_frame(type, msg);
-  out_pending_.insert(out_pending_.end(), frame.begin(), frame.end());
-}
-
-void Session::wait_socket_writable() {
-  if (out_waiting_) return;
-  out_waiting_ = true;
-  socket_.async_wait(Socket::wait_write,
-                     [self = shared_from_this()](const boost::system::error_code& ec) {
-                       self->out_waiting_ = false;
-                       if (!ec) self->pump_output();
-                     });
-}
-
-void Session::wait_output_pipe(OutputPipe& pipe) {
-  if (pipe.waiting || pipe.eof) return;
-  pipe.waiting = true;
-  // Readiness may be stale by the time this runs (asio queues events), so it
-  // only triggers another attempt; EOF is what read() says, nothing else.
-  pipe.descriptor.async_wait(Descriptor::wait_read, [self = shared_from_this(),
-                                                     &pipe](const boost::system::error_code& ec) {
-    pipe.waiting = false;
-    if (!ec) self->pump_output();
-  });
-}
-
-bool Session::start_output_frame(OutputPipe& pipe) {
-  if (pipe.eof) return false;
-  const int fd = pipe.descriptor.native_handle();
-  if (pipe.backlog) {
-    // The last frame was full: splice a large one straight into the socket.
-    int available = 0;
-    if (ioctl(fd, FIONREAD, &available) == 0 && static_cast<size_t>(available) > kCopyFrameBytes) {
-      const uint32_t length =
-          std::min<uint32_t>(static_cast<uint32_t>(available), wire::kMaxDataPayload);
-      const auto header = wire::encode_header(pipe.frame_type, length);
-      out_pending_.insert(out_pending_.end(), header.begin(), header.end());
-      out_splice_remaining_ = length;
-      out_splice_pipe_ = &pipe;
-      return true;
-    }
-    pipe.backlog = false;
-  }
-  ssize_t n;
-  do {
-    n = read(fd, copy_buffer_.data(), copy_buffer_.size());
-  } while (n < 0 && errno == EINTR);
-  if (n == 0) {
-    pipe.eof = true;  // every writer is gone and the pipe is drained
-    return false;
-  }
-  if (n < 0) return false;  // would block: wait for more
-  const size_t start = out_pending_.size();
-  out_pending_.resize(start + wire::kHeaderSize + static_cast<size_t>(n));
-  const auto header = wire::encode_header(pipe.frame_type, static_cast<uint32_t>(n));
-  std::memcpy(out_pending_.data() + start, header.data(), header.size());
-  std::memcpy(out_pending_.data() + start + wire::kHeaderSize, copy_buffer_.data(),
-              static_cast<size_t>(n));
-  pipe.backlog = static_cast<size_t>(n) == copy_buffer_.size();
-  return true;
-}
-
-void Session::pump_output() {
-  if (client_gone_ || state_ == State::kClosed) return;
-  const int sock = socket_.native_handle();
-  for (;;) {
-    if (out_sent_ < out_pending_.size()) {
-      const ssize_t n = send(sock, out_pending_.data() + out_sent_, out_pending_.size() - out_sent_,
-                             MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && would_block(errno)) return wait_socket_writable();
-      if (n < 0) return client_gone("client write error");
-      out_sent_ += static_cast<size_t>(n);
-      if (out_sent_ == out_pending_.size()) {
-        out_pending_.clear();
-        out_sent_ = 0;
-      }
-      continue;
-    }
-    if (out_splice_remaining_ > 0) {
-      const ssize_t n = splice(out_splice_pipe_->descriptor.native_handle(), nullptr, sock, nullptr,
-                               out_splice_remaining_, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
-      if (n > 0) {
-        out_splice_remaining_ -= static_cast<uint32_t>(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      // The pipe holds the announced bytes (we are its only reader), so a
-      // would-block here means the socket is full.
-      if (n < 0 && would_block(errno)) return wait_socket_writable();
-      return client_gone("client write error");
-    }
-    if (sent_exit_) return close();
-    if (state_ != State::kRunning) return;
-    OutputPipe& first = prefer_stderr_ ? stderr_ : stdout_;
-    OutputPipe& second = prefer_stderr_ ? stdout_ : stderr_;
-    prefer_stderr_ = !prefer_stderr_;
-    if (start_output_frame(first) || start_output_frame(second)) continue;
-    wait_output_pipe(stdout_);
-    wait_output_pipe(stderr_);
-    maybe_finish();
-    return;
-  }
 }
 
 // --- end of session --------------------------------------------------------
@@ -865,14 +379,14 @@ void Session::on_sandbox_exited() {
     log::error("waitid_failed", {{"session", id_}, {"error", std::string(strerror(errno))}});
   }
   sandbox_reaped_ = true;
-  if (state_ == State::kStarting) {
+  if (state() == State::kStarting) {
     return reject(v1::ERROR_LAUNCH_FAILED, "the sandbox launcher exited during setup");
   }
-  if (!role_exit_ && cgroup_) {
+  if (!role_exit_ && launch_.cgroup) {
     // Init died without a report: make sure nothing of the session survives.
-    cgroup_->kill_all();
+    launch_.cgroup->kill_all();
   }
-  if (state_ == State::kClosed) return close();
+  if (state() == State::kClosed) return close();
   maybe_finish();
 }
 
@@ -880,7 +394,7 @@ void Session::kill_sandbox() {
   if (pidfd_.is_open() && !sandbox_reaped_) {
     syscall(SYS_pidfd_send_signal, pidfd_.native_handle(), SIGKILL, nullptr, 0);
   }
-  if (cgroup_) cgroup_->kill_all();
+  if (launch_.cgroup) launch_.cgroup->kill_all();
 }
 
 void Session::client_gone(const char* why) {
@@ -895,13 +409,13 @@ void Session::client_gone(const char* why) {
 }
 
 void Session::shut_down() {
-  if (state_ == State::kPreface || state_ == State::kRequest || state_ == State::kResolving) {
+  if (state() == State::kPreface || state() == State::kRequest || state() == State::kResolving) {
     return reject(v1::ERROR_SHUTTING_DOWN, "the daemon is shutting down");
   }
-  if (state_ == State::kClosed) return;
+  if (state() == State::kClosed) return;
   end_reason_ = v1::END_DAEMON_SHUTDOWN;
   end_message_ = "the helper daemon is shutting down";
-  if (state_ == State::kStarting) {
+  if (state() == State::kStarting) {
     kill_sandbox();
     return reject(v1::ERROR_SHUTTING_DOWN, "the daemon is shutting down");
   }
@@ -911,7 +425,7 @@ void Session::shut_down() {
 void Session::maybe_finish() {
   if (!sandbox_reaped_) return;
   if (client_gone_) return close();
-  if (state_ != State::kRunning || sent_exit_) return;
+  if (state() != State::kRunning || sent_exit_) return;
   if (!stdout_.eof || !stderr_.eof || out_splice_remaining_ > 0) return;
   send_exit();
 }
@@ -988,7 +502,7 @@ void Session::send_exit() {
   // Only what decides the reason is read while the client waits; close()
   // reads the rest of the accounting for the log.
   SessionUsage events{};
-  if (cgroup_) events = cgroup_->limit_events();
+  if (launch_.cgroup) events = launch_.cgroup->limit_events();
   sent_exit_ = build_exit(events);
   queue_frame(v1::FRAME_EXIT, *sent_exit_);
   pump_output();
@@ -996,7 +510,7 @@ void Session::send_exit() {
 
 void Session::close() {
   boost::system::error_code ignored;
-  state_ = State::kClosed;
+  protocol_.close();
   handshake_timer_.cancel();
   socket_.close(ignored);
   if (launched_ && !sandbox_reaped_) {
@@ -1010,7 +524,7 @@ void Session::close() {
     // Every launched session is accounted, also when no Exit frame went out
     // (client gone, protocol error, shutdown during setup).
     SessionUsage usage{};
-    if (cgroup_) usage = cgroup_->usage();
+    if (launch_.cgroup) usage = launch_.cgroup->usage();
     if (sent_exit_) {
       log_session_end(*sent_exit_, usage, v1::EndReason_Name(sent_exit_->reason()));
     } else {
@@ -1025,10 +539,10 @@ void Session::close() {
   stdout_.descriptor.close(ignored);
   stderr_.descriptor.close(ignored);
   pidfd_.close(ignored);
-  if (cgroup_) {
-    cgroup_->kill_all();
-    if (!cgroup_->remove()) daemon_.defer_cgroup_removal(std::move(cgroup_));
-    cgroup_.reset();
+  if (launch_.cgroup) {
+    launch_.cgroup->kill_all();
+    if (!launch_.cgroup->remove()) daemon_.defer_cgroup_removal(std::move(launch_.cgroup));
+    launch_.cgroup.reset();
   }
   if (reserved_) daemon_.release_session(peer_.uid);
   reserved_ = false;

@@ -1,16 +1,11 @@
 #pragma once
 
-// One client connection: handshake, launch, then the stdio relay until the
-// role exits. States, in order:
-//   kPreface   -> 8-byte preface
-//   kRequest   -> one LaunchRequest (or StatusRequest) frame
-//   kResolving -> the caller's project resolved on a thread of its own
-//                 (Daemon::run_off_loop), bounded by the handshake timeout
-//   kStarting  -> sandbox launcher running its setup; no client frame is read
-//   kRunning   -> StdinData / StdinEof / Signal frames in; stdout/stderr data out
-//   kClosed
-// Any other frame in a state, a frame over its cap, or a silent client past the
-// handshake timeout ends the connection with a Rejected frame and its code.
+// One client connection: the I/O of its handshake, launch, stdio relay and
+// teardown. What the client may send when, and what it means, is decided by
+// the protocol core (proto/session_protocol.h), whose state this follows;
+// the session reads exactly the bytes the core wants, splices stdin data
+// itself, and turns the core's verdicts into Rejected frames. A silent client
+// past the handshake timeout is refused here.
 
 #include <sys/types.h>
 
@@ -27,16 +22,17 @@
 #include "common/unique_fd.h"
 #include "daemon/cgroups.h"
 #include "daemon/launch.h"
+#include "daemon/launch_pipeline.h"
 #include "daemon/peer_identity.h"
 #include "proto/framing.h"
 #include "proto/helper.pb.h"
 #include "proto/request_validation.h"
 #include "proto/sandbox.pb.h"
+#include "proto/session_protocol.h"
 
 namespace pando::daemon {
 
 class Daemon;
-struct PreparedLaunch;
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
@@ -57,8 +53,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool launched() const { return launched_; }
 
  private:
-  enum class State { kPreface, kRequest, kResolving, kStarting, kRunning, kClosed };
-  enum class Received { kAll, kMore, kEnded };
+  using State = wire::SessionState;
+  // What moving stdin data came to.
+  enum class Step { kContinue, kWaitClient, kWaitPipe, kGone };
 
   struct OutputPipe {
     explicit OutputPipe(boost::asio::io_context& io) : descriptor(io) {}
@@ -69,40 +66,39 @@ class Session : public std::enable_shared_from_this<Session> {
     bool backlog = false;  // the last read filled a whole frame: more is likely queued
   };
 
+  State state() const { return protocol_.state(); }
+
   // Handshake.
-  void wait_readable(void (Session::*receive)());
-  Received receive_part(uint8_t* data, size_t size, size_t& have, bool fds_allowed);
-  void read_preface();
-  void receive_preface();
-  void read_request_header();
-  void receive_request_header();
-  std::optional<wire::RequestError> take_direct_stdio();
-  void read_request_payload();
-  void receive_request_payload();
-  void handle_request();
-  void handle_launch_request(const std::vector<uint8_t>& payload);
-  void handle_status_request(const std::vector<uint8_t>& payload);
+  void wait_readable();
+  void receive_request();
+  template <typename Work>
+  void guarded(Work&& work);
+  void handle_launch_request(const wire::ValidRequest& request, bool selftest);
+  void handle_status_request(const std::string& root);
   void send_status(const pando::helper::v1::Status& status);
   // Hands `work` (the part that touches the caller's files) to a thread of its
   // own with this connection's pending slot; `done` runs on the event loop,
   // only while the session still waits for it. Past the handshake timeout
   // `timed_out` runs instead.
-  std::optional<wire::RequestError> resolve_off_loop(std::function<void()> work,
-                                                     std::function<void()> done,
-                                                     std::function<void()> timed_out);
+  // Throws when no thread can be started.
+  void resolve_off_loop(std::function<void()> work, std::function<void()> done,
+                        std::function<void()> timed_out);
 
   // Launch.
-  std::optional<wire::RequestError> admit_launch();
-  void on_launch_prepared(PreparedLaunch& prepared);
-  std::optional<wire::RequestError> launch(PreparedLaunch& prepared);
+  struct Prepared;
+  void on_launch_prepared(Prepared& prepared);
+  void watch_launcher();
   void wait_for_control();
   void handle_control_events();
   void handle_sandbox_event(const pando::helper::sandbox::v1::SandboxEvent& event);
   void begin_running();
 
-  // Relay: client -> child stdin.
+  // Relay (session_relay.cc): client -> child stdin.
   void pump_input();
-  bool handle_input_header();
+  Step pass_stdin_data(int sock);
+  template <typename Waitable, typename WaitType>
+  void wait_input(Waitable& waitable, WaitType what);
+  void close_stdin();
   void watch_hangup();
 
   // Relay: child stdout/stderr -> client.
@@ -127,23 +123,16 @@ class Session : public std::enable_shared_from_this<Session> {
   Socket socket_;
   PeerIdentity peer_;
   std::string id_;
-  State state_ = State::kPreface;
+  wire::SessionProtocol protocol_{wire::Sender::kClient};
   boost::asio::steady_timer handshake_timer_;
   std::chrono::steady_clock::time_point started_at_;
 
   bool pending_ = false;  // holds one of the daemon's pending slots (add_pending)
-  std::array<uint8_t, wire::kPrefaceSize> preface_{};
-  size_t preface_have_ = 0;
-  std::array<uint8_t, wire::kHeaderSize> header_{};
-  size_t header_have_ = 0;
-  uint8_t request_type_ = 0;
   // fds attached to the request (direct stdio); more than this is refused.
   static constexpr size_t kMaxPassedFds = 4;
   std::vector<UniqueFd> passed_fds_;
   std::optional<DirectStdio> direct_;
   bool direct_stdio_ = false;
-  std::vector<uint8_t> request_payload_;
-  size_t payload_have_ = 0;
 
   // Launch results.
   bool launched_ = false;
@@ -151,8 +140,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool reserved_ = false;
   std::string role_;
   std::string project_root_;
-  std::unique_ptr<SessionCgroup> cgroup_;
-  StartedSandbox sandbox_;
+  LaunchedSandbox launch_;
   Descriptor control_;
   Descriptor pidfd_;
   Descriptor stdin_;
@@ -164,13 +152,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string end_message_;
 
   // Input relay state.
-  std::array<uint8_t, wire::kHeaderSize> in_header_{};
-  size_t in_header_have_ = 0;
-  uint8_t in_type_ = 0;
-  uint32_t in_remaining_ = 0;
-  std::vector<uint8_t> in_small_;  // payload of a Signal frame
   bool in_waiting_ = false;
-  bool stdin_eof_received_ = false;
   bool hangup_watch_ = false;
 
   // Output relay state.

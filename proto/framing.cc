@@ -39,11 +39,6 @@ FrameHeader decode_header(std::span<const uint8_t, kHeaderSize> bytes) {
   return header;
 }
 
-bool is_data_frame(uint8_t type) {
-  return type == v1::FRAME_STDIN_DATA || type == v1::FRAME_STDOUT_DATA ||
-         type == v1::FRAME_STDERR_DATA;
-}
-
 uint32_t max_payload(uint8_t type) {
   switch (type) {
     case v1::FRAME_STDIN_DATA:

@@ -40,15 +40,17 @@ struct FrameHeader {
 std::array<uint8_t, kHeaderSize> encode_header(FrameType type, uint32_t length);
 FrameHeader decode_header(std::span<const uint8_t, kHeaderSize> bytes);
 
-// Largest payload allowed for a frame type; 0 when the type is unknown.
+// Largest payload of a frame type in either direction; 0 when the type is
+// unknown. Only FrameDecoder uses it: the protocol core has its own caps per
+// state (proto/session_protocol.cc).
 uint32_t max_payload(uint8_t type);
-bool is_data_frame(uint8_t type);
 
 // Header + payload as one buffer, for control frames.
 std::vector<uint8_t> encode_frame(FrameType type, std::span<const uint8_t> payload);
 std::vector<uint8_t> encode_message_frame(FrameType type, const google::protobuf::MessageLite& msg);
 
-// Incremental decoder for a byte stream of frames (client side, tests, fuzzer).
+// Incremental decoder for a byte stream of frames, whatever the state: the
+// integration tests' raw client (the daemon and the client use SessionProtocol).
 // Rejects a frame whose declared length exceeds the cap for its type as soon
 // as its header is complete, before buffering any of its payload.
 class FrameDecoder {

@@ -3,6 +3,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
 
+#include "proto/error.h"
 #include "proto/framing.h"
 
 namespace pando::wire {
@@ -40,33 +41,32 @@ bool has_unknown_fields(std::span<const uint8_t> payload) {
 
 }  // namespace
 
-RequestError check_project_root_string(std::string_view path) {
-  if (path.empty()) return {v1::ERROR_PATH_EMPTY, "project root is empty"};
+void check_project_root_string(std::string_view path) {
+  if (path.empty()) throw Error(v1::ERROR_PATH_EMPTY, "project root is empty");
   if (path.find('\0') != std::string_view::npos) {
-    return {v1::ERROR_PATH_HAS_NUL, "project root contains a NUL byte"};
+    throw Error(v1::ERROR_PATH_HAS_NUL, "project root contains a NUL byte");
   }
   if (path.size() > kMaxPathBytes) {
-    return {v1::ERROR_PATH_TOO_LONG,
-            "project root is longer than " + std::to_string(kMaxPathBytes) + " bytes"};
+    throw Error(v1::ERROR_PATH_TOO_LONG,
+                "project root is longer than " + std::to_string(kMaxPathBytes) + " bytes");
   }
-  if (path.front() != '/') return {v1::ERROR_PATH_NOT_ABSOLUTE, "project root is not absolute"};
+  if (path.front() != '/') throw Error(v1::ERROR_PATH_NOT_ABSOLUTE, "project root is not absolute");
   if (path.size() > 1 && path.back() == '/') {
-    return {v1::ERROR_PATH_NOT_NORMALIZED, "project root has a trailing '/'"};
+    throw Error(v1::ERROR_PATH_NOT_NORMALIZED, "project root has a trailing '/'");
   }
   size_t start = 1;
   while (start <= path.size()) {
     const size_t end = std::min(path.find('/', start), path.size());
     const std::string_view component = path.substr(start, end - start);
     if (path.size() > 1 && component.empty()) {
-      return {v1::ERROR_PATH_NOT_NORMALIZED, "project root contains an empty component ('//')"};
+      throw Error(v1::ERROR_PATH_NOT_NORMALIZED, "project root contains an empty component ('//')");
     }
     if (component == "." || component == "..") {
-      return {v1::ERROR_PATH_NOT_NORMALIZED,
-              "project root contains a '" + std::string(component) + "' component"};
+      throw Error(v1::ERROR_PATH_NOT_NORMALIZED,
+                  "project root contains a '" + std::string(component) + "' component");
     }
     start = end + 1;
   }
-  return {v1::ERROR_UNSPECIFIED, ""};
 }
 
 namespace {
@@ -74,40 +74,36 @@ namespace {
 // SelftestRequest has LaunchRequest's fields with the same numbers, so one
 // check serves both; `what` names the request in messages.
 template <typename Request>
-std::variant<ValidRequest, RequestError> validate_request(std::span<const uint8_t> payload,
-                                                          const std::string& what) {
+ValidRequest validate_request(std::span<const uint8_t> payload, const std::string& what) {
   static_assert(static_cast<int>(Request::kRoleFieldNumber) ==
                     static_cast<int>(v1::LaunchRequest::kRoleFieldNumber) &&
                 static_cast<int>(Request::kProjectRootFieldNumber) ==
                     static_cast<int>(v1::LaunchRequest::kProjectRootFieldNumber));
   if (payload.size() > kMaxControlPayload) {
-    return RequestError{v1::ERROR_FRAME_TOO_LARGE, what + " is too large"};
+    throw Error(v1::ERROR_FRAME_TOO_LARGE, what + " is too large");
   }
   Request request;
   if (!request.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-    return RequestError{v1::ERROR_MALFORMED_REQUEST,
-                        what + " does not parse (malformed protobuf or invalid UTF-8)"};
+    throw Error(v1::ERROR_MALFORMED_REQUEST,
+                what + " does not parse (malformed protobuf or invalid UTF-8)");
   }
   if (has_unknown_fields(payload)) {
-    return RequestError{v1::ERROR_UNKNOWN_FIELDS,
-                        what + " carries fields this daemon does not define"};
+    throw Error(v1::ERROR_UNKNOWN_FIELDS, what + " carries fields this daemon does not define");
   }
   if (request.role() != v1::ROLE_CORE && request.role() != v1::ROLE_WORKSPACE) {
-    return RequestError{v1::ERROR_UNKNOWN_ROLE, "role must be core or workspace"};
+    throw Error(v1::ERROR_UNKNOWN_ROLE, "role must be core or workspace");
   }
-  RequestError path_error = check_project_root_string(request.project_root());
-  if (path_error.code != v1::ERROR_UNSPECIFIED) return path_error;
+  check_project_root_string(request.project_root());
   return ValidRequest{request.role(), request.project_root()};
 }
 
 }  // namespace
 
-std::variant<ValidRequest, RequestError> validate_launch_request(std::span<const uint8_t> payload) {
+ValidRequest validate_launch_request(std::span<const uint8_t> payload) {
   return validate_request<v1::LaunchRequest>(payload, "launch request");
 }
 
-std::variant<ValidRequest, RequestError> validate_selftest_request(
-    std::span<const uint8_t> payload) {
+ValidRequest validate_selftest_request(std::span<const uint8_t> payload) {
   return validate_request<v1::SelftestRequest>(payload, "selftest request");
 }
 

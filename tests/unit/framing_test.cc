@@ -37,8 +37,6 @@ TEST(Caps, DataAndControlFramesHaveCapsUnknownTypesNone) {
   EXPECT_EQ(max_payload(v1::FRAME_LAUNCH_REQUEST), kMaxControlPayload);
   EXPECT_EQ(max_payload(0), 0u);
   EXPECT_EQ(max_payload(200), 0u);
-  EXPECT_TRUE(is_data_frame(v1::FRAME_STDERR_DATA));
-  EXPECT_FALSE(is_data_frame(v1::FRAME_EXIT));
 }
 
 TEST(Decoder, SplitsFramesFedByteByByte) {

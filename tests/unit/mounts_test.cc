@@ -131,7 +131,6 @@ class TempProject {
 
   SandboxPlan plan(bool writable) const {
     SandboxPlan plan;
-    plan.set_session_id("test");
     plan.set_role(role_);
     plan.set_project_root(project);
     plan.set_project_writable(writable);
@@ -139,8 +138,6 @@ class TempProject {
     plan.mutable_ids()->set_caller_gid(kCallerGid);
     plan.mutable_ids()->set_role_uid(kRoleUid);
     plan.mutable_ids()->set_role_gid(kRoleGid);
-    plan.set_caller_user_name("alice");
-    plan.set_caller_group_name("alice");
     plan.set_role_user_name("pando-" + role_);
     plan.set_role_group_name("pando-" + role_);
     plan.set_sandbox_home(sandbox_dir);

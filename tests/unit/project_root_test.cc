@@ -11,6 +11,8 @@
 
 #include <filesystem>
 
+#include "proto/error.h"
+
 namespace pando::daemon {
 namespace {
 
@@ -41,8 +43,11 @@ class ProjectRootTest : public ::testing::Test {
     return path;
   }
   v1::ErrorCode code(const std::string& path, const std::string& role = "workspace") {
-    auto result = resolve_project(peer_, path, role);
-    if (auto* error = std::get_if<wire::RequestError>(&result)) return error->code;
+    try {
+      resolve_project(peer_, path, role);
+    } catch (const pando::Error& e) {
+      return e.code();
+    }
     return v1::ERROR_UNSPECIFIED;
   }
   std::string base_;
@@ -51,9 +56,7 @@ class ProjectRootTest : public ::testing::Test {
 
 TEST_F(ProjectRootTest, OwnedDirectoryResolvesAndSandboxDirsBelongToTheCaller) {
   const std::string project = dir("proj", kCaller);
-  auto result = resolve_project(peer_, project, "core");
-  ASSERT_TRUE(std::holds_alternative<ResolvedProject>(result));
-  const auto& resolved = std::get<ResolvedProject>(result);
+  const ResolvedProject resolved = resolve_project(peer_, project, "core");
   EXPECT_TRUE(resolved.root.valid());
   EXPECT_TRUE(resolved.sandbox_dir.valid());
   for (const std::string sub :
@@ -117,7 +120,12 @@ TEST_F(ProjectRootTest, SandboxDirOwnedBySomeoneElseIsRefused) {
 
 TEST(LocationRule, SystemTreesAndHomesAreForbidden) {
   const auto forbidden = [](const std::string& path, const std::string& home = "/home/alice") {
-    return check_location_allowed(path, home).code == v1::ERROR_PATH_FORBIDDEN;
+    try {
+      check_location_allowed(path, home);
+    } catch (const pando::Error& e) {
+      return e.code() == v1::ERROR_PATH_FORBIDDEN;
+    }
+    return false;
   };
   for (const char* path : {"/", "/etc", "/etc/ssh", "/usr", "/usr/local/src", "/proc", "/proc/1",
                            "/sys", "/dev", "/run", "/run/pando", "/boot", "/root", "/root/p",

@@ -1,0 +1,135 @@
+#include "daemon/launch_pipeline.h"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "daemon/daemon.h"
+#include "daemon/plan.h"
+#include "daemon/project_root.h"
+#include "daemon/selftest.h"
+#include "proto/error.h"
+
+namespace pando::daemon {
+
+namespace v1 = pando::helper::v1;
+namespace sbv1 = pando::helper::sandbox::v1;
+
+namespace {
+
+[[noreturn]] void bad_fds(const std::string& why) { throw Error(v1::ERROR_BAD_STDIO_FDS, why); }
+
+// cgroups.cc still throws std::runtime_error (until it follows CONTRIBUTING.md):
+// any failure there means the session has no usable cgroup.
+template <typename Step>
+auto cgroup_step(Step&& step) {
+  try {
+    return step();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(v1::ERROR_CGROUP_UNAVAILABLE, e.what());
+  }
+}
+
+// Only anonymous pipes: a terminal (TIOCSTI), a socket or a file of the
+// caller's would hand the role more than a byte stream; a named FIFO is a
+// file on a filesystem (reopened through /proc/self/fd, with any mode the
+// role may ask for); an O_PATH fd is no stream at all.
+void check_pipe(int fd, const std::string& name, int refused_mode) {
+  struct stat st {};
+  struct statfs fs {};
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fstat(fd, &st) != 0 || fstatfs(fd, &fs) != 0) {
+    bad_fds(name + " fd cannot be inspected: " + std::strerror(errno));
+  }
+  if (flags & O_PATH) bad_fds(name + " fd is an O_PATH descriptor, not a pipe");
+  if (!S_ISFIFO(st.st_mode)) bad_fds(name + " fd is not a pipe");
+  if (fs.f_type != PIPEFS_MAGIC) bad_fds(name + " fd is a named FIFO, not an anonymous pipe");
+  if ((flags & O_ACCMODE) == refused_mode) {
+    bad_fds(name + (refused_mode == O_WRONLY ? " fd is not readable" : " fd is not writable"));
+  }
+}
+
+}  // namespace
+
+std::optional<DirectStdio> take_direct_stdio(std::vector<UniqueFd>& fds) {
+  if (fds.empty()) return std::nullopt;
+  if (fds.size() != 2) {
+    bad_fds("direct stdio takes exactly two fds (stdin, stdout), got " +
+            std::to_string(fds.size()));
+  }
+  check_pipe(fds[0].get(), "stdin", O_WRONLY);
+  check_pipe(fds[1].get(), "stdout", O_RDONLY);
+  DirectStdio direct;
+  direct.stdin_read = std::move(fds[0]);
+  direct.stdout_write = std::move(fds[1]);
+  fds.clear();
+  return direct;
+}
+
+void admit_caller(Daemon& daemon, const PeerIdentity& peer) {
+  if (daemon.shutting_down()) throw Error(v1::ERROR_SHUTTING_DOWN, "the daemon is shutting down");
+  if (peer.uid == 0 || peer.gid == 0) {
+    throw Error(v1::ERROR_CALLER_IS_ROOT,
+                "root cannot launch a role; run the client as the project's owner");
+  }
+  daemon.reserve_session(peer.uid);
+}
+
+// Of the daemon it uses only what is safe from any thread (config,
+// idmap_userns).
+PreparedLaunch prepare_launch(Daemon& daemon, const PeerIdentity& peer,
+                              const wire::ValidRequest& request, bool selftest) {
+  const std::string role = wire::role_name(request.role);
+  // Step 5: the project, resolved once as the caller.
+  const ResolvedProject project = resolve_project(peer, request.project_root, role);
+  PreparedLaunch out;
+  out.auth_home_note = project.auth_home_note;
+  // Step 6: the plan, from the config and the kernel's word on the caller.
+  out.plan = build_plan(request.role, daemon.role_config(role), peer, project, daemon.config());
+  if (selftest) make_selftest_plan(daemon, peer, out.plan);
+  // Step 7: the caller's directories, idmapped here: an unsupported
+  // filesystem is refused before any launcher is involved.
+  const sbv1::IdMapping& ids = out.plan.ids();
+  const UniqueFd userns =
+      daemon.idmap_userns(ids.caller_uid(), ids.caller_gid(), ids.role_uid(), ids.role_gid());
+  out.trees.caller = sandbox::clone_caller_trees(
+      out.plan.project_root(), project.root.get(), project.sandbox_dir.get(),
+      project.auth_home.valid() ? project.auth_home.get() : -1, userns.get(),
+      out.plan.project_writable());
+  for (const std::string& path : out.plan.runtime_paths()) {
+    out.trees.runtime.push_back(sandbox::clone_runtime_tree(path));
+  }
+  return out;
+}
+
+void start_launch(Daemon& daemon, const std::string& session_id, const PeerIdentity& peer,
+                  const std::string& role, const PreparedLaunch& prepared, DirectStdio* direct,
+                  LaunchedSandbox& out) {
+  // Step 8: the session's cgroup, with its limits, before anything of it runs.
+  out.cgroup = cgroup_step(
+      [&] { return daemon.create_session_cgroup(session_id, peer.uid, daemon.role_config(role)); });
+  out.stdio = make_session_stdio(direct);
+  // Step 9: a launcher, prestarted or started now.
+  out.sandbox = daemon.take_sandbox();
+  // Step 10: limits and accounting hold before the role exists: the launcher
+  // waits for its plan, which comes only once it is in the session's cgroups.
+  if (out.cgroup) cgroup_step([&] { out.cgroup->add_process(out.sandbox.pid); });
+  const sandbox::PlanTrees& trees = prepared.trees;
+  std::vector<int> fds = {out.stdio.child[0].get(), out.stdio.child[1].get(),
+                          out.stdio.child[2].get(), trees.caller.project.get(),
+                          trees.caller.sandbox_dir.get()};
+  if (trees.caller.auth_home.valid()) fds.push_back(trees.caller.auth_home.get());
+  for (const UniqueFd& tree : trees.runtime) fds.push_back(tree.get());
+  send_plan(out.sandbox.control.get(), prepared.plan.SerializeAsString(), fds);
+  // The launcher holds the role's ends now: with a copy here, the role's
+  // stdout and stderr would never reach EOF.
+  for (UniqueFd& fd : out.stdio.child) fd.reset();
+}
+
+}  // namespace pando::daemon
