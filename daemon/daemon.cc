@@ -38,18 +38,15 @@ constexpr auto kShutdownGrace = std::chrono::seconds(5);
 // a shorter one when it ends (see Session::handle_sandbox_event).
 constexpr auto kPrestartDelay = std::chrono::seconds(1);
 
-[[noreturn]] void fail(const std::string& what) {
-  throw std::runtime_error(what + ": " + std::strerror(errno));
-}
-
 // The socket's directory must be root's alone, or a local user could swap the
 // socket for one of their own.
 void ensure_socket_dir(const std::string& dir) {
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) fail("mkdir " + dir);
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw_errno("mkdir " + dir, v1::ERROR_INTERNAL);
   struct stat st {};
-  if (lstat(dir.c_str(), &st) != 0) fail("stat " + dir);
+  if (lstat(dir.c_str(), &st) != 0) throw_errno("stat " + dir, v1::ERROR_INTERNAL);
   if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
-    throw std::runtime_error(dir + " must be a directory owned by root and writable only by root");
+    throw Error(v1::ERROR_CONFIG_INVALID,
+                dir + " must be a directory owned by root and writable only by root");
   }
 }
 
@@ -109,12 +106,12 @@ const RoleConfig& Daemon::role_config(const std::string& role) const {
 void Daemon::open_launcher() {
   const std::string& path = config_.sandbox_helper_path();
   launcher_.reset(open(path.c_str(), O_PATH | O_CLOEXEC));
-  if (!launcher_.valid()) fail("sandbox helper " + path);
+  if (!launcher_.valid()) throw_errno("sandbox helper " + path, v1::ERROR_CONFIG_INVALID);
   struct stat st {};
-  if (fstat(launcher_.get(), &st) != 0) fail("stat " + path);
+  if (fstat(launcher_.get(), &st) != 0) throw_errno("stat " + path, v1::ERROR_INTERNAL);
   if (!S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
-    throw std::runtime_error("sandbox helper " + path +
-                             " must be a regular file owned by root and writable only by root");
+    throw Error(v1::ERROR_CONFIG_INVALID,
+                "sandbox helper " + path + " must be a regular file owned by root and writable only by root");
   }
 }
 
@@ -293,7 +290,7 @@ void Daemon::accept_next() {
 
 std::string Daemon::new_session_id() {
   uint8_t bytes[8];
-  if (getrandom(bytes, sizeof(bytes), 0) != sizeof(bytes)) fail("getrandom");
+  if (getrandom(bytes, sizeof(bytes), 0) != sizeof(bytes)) throw_errno("getrandom", v1::ERROR_INTERNAL);
   std::string id;
   for (uint8_t b : bytes) id += fmt::format("{:02x}", b);
   return id;
@@ -349,7 +346,8 @@ void Daemon::run_off_loop(uid_t uid, std::function<void()> work, std::function<v
   sigfillset(&all);
   if (const int err = pthread_sigmask(SIG_SETMASK, &all, &saved); err != 0) {
     off_loop_.erase(id);
-    throw std::system_error(err, std::generic_category(), "pthread_sigmask");
+    errno = err;
+    throw_errno("pthread_sigmask", v1::ERROR_INTERNAL);
   }
   // Detached: a thread stuck in the kernel can never be joined (see run()).
   // Its completion is posted back; until it runs, `done` and the pending slot
@@ -359,10 +357,10 @@ void Daemon::run_off_loop(uid_t uid, std::function<void()> work, std::function<v
       work();
       asio::post(io_, [this, id] { off_loop_finished(id); });
     }).detach();
-  } catch (...) {
+  } catch (const std::system_error& e) {
     pthread_sigmask(SIG_SETMASK, &saved, nullptr);
     off_loop_.erase(id);
-    throw;
+    throw Error(v1::ERROR_INTERNAL, std::string("cannot start a thread: ") + e.what());
   }
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
 }
@@ -377,9 +375,9 @@ std::unique_ptr<SessionCgroup> Daemon::create_session_cgroup(const std::string& 
                                                              uid_t caller, const RoleConfig& role) {
   if (cgroups_->mode() == CgroupMode::kNone) {
     if (!config_.cgroups().allow_unlimited()) {
-      throw std::runtime_error("no usable cgroup controller (" + cgroups_->detail() +
-                               "); launches are refused unless the config allows running without "
-                               "limits");
+      throw Error(v1::ERROR_CGROUP_UNAVAILABLE,
+                  "no usable cgroup controller (" + cgroups_->detail() +
+                      "); launches are refused unless the config allows running without limits");
     }
     log::warn("session_without_limits", {{"session", session_id}, {"detail", cgroups_->detail()}});
     return nullptr;
@@ -433,7 +431,7 @@ UniqueFd Daemon::idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid
   }
   // Its own fd: the cache may start over while the caller still uses it.
   UniqueFd copy(fcntl(it->second.get(), F_DUPFD_CLOEXEC, 0));
-  if (!copy.valid()) throw std::system_error(errno, std::generic_category(), "dup idmap userns");
+  if (!copy.valid()) throw_errno("dup idmap userns", v1::ERROR_INTERNAL);
   return copy;
 }
 

@@ -23,7 +23,6 @@
 #include "daemon/peer_identity.h"
 #include "daemon/sandbox_pool.h"
 #include "proto/helper.pb.h"
-#include "proto/request_validation.h"
 
 namespace pando::daemon {
 
@@ -40,7 +39,7 @@ class Daemon {
   ~Daemon();
 
   // Sets up the socket, cgroups and signals, then serves until SIGTERM/SIGINT.
-  // Returns the process exit code. Throws std::runtime_error on a start-up failure.
+  // Returns the process exit code. Throws pando::Error on a start-up failure.
   int run();
 
   boost::asio::io_context& io() { return io_; }
@@ -49,7 +48,7 @@ class Daemon {
   const DaemonConfig& config() const { return config_; }
   const RoleConfig& role_config(const std::string& role) const;
   // A launcher for a session: pre-started when one waits, else started now.
-  // Throws std::system_error.
+  // Throws pando::Error.
   StartedSandbox take_sandbox();
   // Tops the prestarted launchers up once the current handler returns.
   void schedule_prestart();
@@ -57,8 +56,7 @@ class Daemon {
   void schedule_prestart_later();
   // The user namespace that idmaps caller -> role for mounts, made once per
   // id quadruple (no process lives in it); the caller gets its own fd to it.
-  // Thread-safe (run_off_loop() threads use it). Throws pando::Error
-  // or std::system_error.
+  // Thread-safe (run_off_loop() threads use it). Throws pando::Error.
   UniqueFd idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid, gid_t role_gid);
   bool shutting_down() const { return shutting_down_; }
 
@@ -77,7 +75,7 @@ class Daemon {
   // kernel for good (a hung FUSE or NFS mount). Takes over one pending slot of
   // `uid` (add_pending) and releases it when the thread returns, however long
   // after its connection ended. The thread holds nothing of the event loop's;
-  // `done` stays here. Throws std::system_error when no thread can be started.
+  // `done` stays here. Throws pando::Error (ERROR_INTERNAL) when no thread can be started.
   void run_off_loop(uid_t uid, std::function<void()> work, std::function<void()> done);
   // nullptr when cgroups are unusable and the config allows running without limits.
   std::unique_ptr<SessionCgroup> create_session_cgroup(const std::string& session_id, uid_t caller,

@@ -23,19 +23,6 @@ namespace {
 
 [[noreturn]] void bad_fds(const std::string& why) { throw Error(v1::ERROR_BAD_STDIO_FDS, why); }
 
-// cgroups.cc still throws std::runtime_error (until it follows CONTRIBUTING.md):
-// any failure there means the session has no usable cgroup.
-template <typename Step>
-auto cgroup_step(Step&& step) {
-  try {
-    return step();
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw Error(v1::ERROR_CGROUP_UNAVAILABLE, e.what());
-  }
-}
-
 // Only anonymous pipes: a terminal (TIOCSTI), a socket or a file of the
 // caller's would hand the role more than a byte stream; a named FIFO is a
 // file on a filesystem (reopened through /proc/self/fd, with any mode the
@@ -112,14 +99,13 @@ void start_launch(Daemon& daemon, const std::string& session_id, const PeerIdent
                   const std::string& role, const PreparedLaunch& prepared, DirectStdio* direct,
                   LaunchedSandbox& out) {
   // Step 8: the session's cgroup, with its limits, before anything of it runs.
-  out.cgroup = cgroup_step(
-      [&] { return daemon.create_session_cgroup(session_id, peer.uid, daemon.role_config(role)); });
+  out.cgroup = daemon.create_session_cgroup(session_id, peer.uid, daemon.role_config(role));
   out.stdio = make_session_stdio(direct);
   // Step 9: a launcher, prestarted or started now.
   out.sandbox = daemon.take_sandbox();
   // Step 10: limits and accounting hold before the role exists: the launcher
   // waits for its plan, which comes only once it is in the session's cgroups.
-  if (out.cgroup) cgroup_step([&] { out.cgroup->add_process(out.sandbox.pid); });
+  if (out.cgroup) out.cgroup->add_process(out.sandbox.pid);
   const sandbox::PlanTrees& trees = prepared.trees;
   std::vector<int> fds = {out.stdio.child[0].get(), out.stdio.child[1].get(),
                           out.stdio.child[2].get(), trees.caller.project.get(),

@@ -7,7 +7,8 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <system_error>
+
+#include "proto/error.h"
 
 namespace pando::daemon {
 
@@ -16,7 +17,7 @@ PeerIdentity read_peer_identity(int socket_fd) {
   struct ucred cred {};
   socklen_t len = sizeof(cred);
   if (getsockopt(socket_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof(cred)) {
-    throw std::system_error(errno, std::generic_category(), "SO_PEERCRED");
+    throw_errno("SO_PEERCRED", pando::helper::v1::ERROR_INTERNAL);
   }
   peer.pid = cred.pid;
   peer.uid = cred.uid;
@@ -29,7 +30,7 @@ PeerIdentity read_peer_identity(int socket_fd) {
       break;
     }
     if (errno != ERANGE || groups.size() >= 65536) {
-      throw std::system_error(errno, std::generic_category(), "SO_PEERGROUPS");
+      throw_errno("SO_PEERGROUPS", pando::helper::v1::ERROR_INTERNAL);
     }
     groups.resize(bytes / sizeof(gid_t) + 1);
   }
@@ -52,18 +53,19 @@ bool set_fs_ids(uid_t uid, gid_t gid) {
 
 CallerFsIdentity::CallerFsIdentity(const PeerIdentity& peer) {
   const int count = getgroups(0, nullptr);
-  if (count < 0) throw std::system_error(errno, std::generic_category(), "getgroups");
+  if (count < 0) throw_errno("getgroups", pando::helper::v1::ERROR_INTERNAL);
   saved_groups_.resize(static_cast<size_t>(count));
   if (getgroups(count, saved_groups_.data()) != count) {
-    throw std::system_error(errno, std::generic_category(), "getgroups");
+    throw_errno("getgroups", pando::helper::v1::ERROR_INTERNAL);
   }
   // Raw syscall: glibc's setgroups() would apply to every thread.
   if (syscall(SYS_setgroups, peer.groups.size(), peer.groups.data()) != 0) {
-    throw std::system_error(errno, std::generic_category(), "setgroups(caller)");
+    throw_errno("setgroups(caller)", pando::helper::v1::ERROR_INTERNAL);
   }
   if (!set_fs_ids(peer.uid, peer.gid)) {
     if (!set_fs_ids(0, 0)) std::abort();
-    throw std::system_error(EPERM, std::generic_category(), "setfsuid(caller)");
+    errno = EPERM;
+    throw_errno("setfsuid(caller)", pando::helper::v1::ERROR_INTERNAL);
   }
 }
 

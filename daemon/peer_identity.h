@@ -17,7 +17,7 @@ struct PeerIdentity {
   std::vector<gid_t> groups;
 };
 
-// Throws std::system_error when the kernel does not answer.
+// Throws pando::Error (ERROR_INTERNAL) when the kernel does not answer.
 PeerIdentity read_peer_identity(int socket_fd);
 
 // Runs filesystem operations of this thread with the caller's fsuid, fsgid and

@@ -121,8 +121,7 @@ void Session::guarded(Work&& work) {
   } catch (const Error& e) {
     reject(e.code(), e.what());
   } catch (const std::exception& e) {
-    // Code that does not throw pando::Error yet (asio, std, cgroups.cc): as before, a launch
-    // that could not be set up.
+    // A library's exception (asio, std): a launch that could not be set up.
     reject(v1::ERROR_LAUNCH_FAILED, e.what());
   }
 }

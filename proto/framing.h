@@ -40,39 +40,8 @@ struct FrameHeader {
 std::array<uint8_t, kHeaderSize> encode_header(FrameType type, uint32_t length);
 FrameHeader decode_header(std::span<const uint8_t, kHeaderSize> bytes);
 
-// Largest payload of a frame type in either direction; 0 when the type is
-// unknown. Only FrameDecoder uses it: the protocol core has its own caps per
-// state (proto/session_protocol.cc).
-uint32_t max_payload(uint8_t type);
-
 // Header + payload as one buffer, for control frames.
 std::vector<uint8_t> encode_frame(FrameType type, std::span<const uint8_t> payload);
 std::vector<uint8_t> encode_message_frame(FrameType type, const google::protobuf::MessageLite& msg);
-
-// Incremental decoder for a byte stream of frames, whatever the state: the
-// integration tests' raw client (the daemon and the client use SessionProtocol).
-// Rejects a frame whose declared length exceeds the cap for its type as soon
-// as its header is complete, before buffering any of its payload.
-class FrameDecoder {
- public:
-  enum class Error { kNone, kUnknownType, kTooLarge };
-  struct Frame {
-    uint8_t type = 0;
-    std::vector<uint8_t> payload;
-  };
-
-  // Appends bytes; returns false once the stream is invalid (see error()).
-  bool feed(std::span<const uint8_t> bytes);
-  // Next complete frame, if any.
-  std::optional<Frame> next();
-  Error error() const { return error_; }
-  size_t buffered() const { return buffer_.size() - consumed_; }
-
- private:
-  bool check_pending_header();
-  std::vector<uint8_t> buffer_;
-  size_t consumed_ = 0;
-  Error error_ = Error::kNone;
-};
 
 }  // namespace pando::wire

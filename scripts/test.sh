@@ -6,7 +6,7 @@
 #   3. an ASan+UBSan build running the unit and integration tests
 #   4. a gcov build (PANDO_COVERAGE) running the unit and integration tests, and
 #      gcovr's line coverage of daemon/ (daemon and launcher)
-#   5. the libFuzzer target on the frame decoder and request validator (60 s)
+#   5. the libFuzzer target on the protocol core (both directions) and request validator (60 s)
 # Ends with the line "coverage: daemon/ P% of lines (N of M)" and the line
 # "tests: N passed, N failed, N skipped" (skipped: a kernel feature this host
 # lacks, or node 20+ or the npm registry for the MCP example when its install is
@@ -105,7 +105,7 @@ if build build/coverage -DCMAKE_BUILD_TYPE=Debug -DPANDO_COVERAGE=ON; then
   echo "$coverage"
 fi
 
-echo "== libFuzzer: frame decoder and request validator, ${fuzz_seconds} s"
+echo "== libFuzzer: protocol core and request validator, ${fuzz_seconds} s"
 if build build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DPANDO_FUZZ=ON -DPANDO_TESTS=OFF; then
   corpus=$(mktemp -d)

@@ -568,11 +568,11 @@ std::string RawClient::launch_request(v1::Role role, const std::string& root) {
   return request.SerializeAsString();
 }
 
-std::optional<wire::FrameDecoder::Frame> RawClient::read_frame(std::chrono::milliseconds timeout) {
+std::optional<testing::FrameDecoder::Frame> RawClient::read_frame(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     if (auto frame = decoder_.next()) return frame;
-    if (decoder_.error() != wire::FrameDecoder::Error::kNone) return std::nullopt;
+    if (decoder_.error() != testing::FrameDecoder::Error::kNone) return std::nullopt;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return std::nullopt;
@@ -585,7 +585,7 @@ std::optional<wire::FrameDecoder::Frame> RawClient::read_frame(std::chrono::mill
   }
 }
 
-std::optional<wire::FrameDecoder::Frame> RawClient::read_until(uint8_t type,
+std::optional<testing::FrameDecoder::Frame> RawClient::read_until(uint8_t type,
                                                                std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {

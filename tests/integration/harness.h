@@ -17,6 +17,7 @@
 
 #include "common/unique_fd.h"
 #include "proto/framing.h"
+#include "tests/integration/frame_decoder.h"
 #include "proto/helper.pb.h"
 
 namespace pando::itest {
@@ -193,16 +194,16 @@ class RawClient {
                            const std::vector<int>& fds);
   std::string launch_request(pando::helper::v1::Role role, const std::string& root);
   // Next frame, or nullopt on EOF/timeout.
-  std::optional<wire::FrameDecoder::Frame> read_frame(std::chrono::milliseconds timeout);
+  std::optional<testing::FrameDecoder::Frame> read_frame(std::chrono::milliseconds timeout);
   // Reads frames until one of `type` arrives (data frames are skipped).
-  std::optional<wire::FrameDecoder::Frame> read_until(uint8_t type,
+  std::optional<testing::FrameDecoder::Frame> read_until(uint8_t type,
                                                       std::chrono::milliseconds timeout);
   // True when the daemon closed the connection within the timeout.
   bool closed_by_peer(std::chrono::milliseconds timeout);
 
  private:
   UniqueFd fd_;
-  wire::FrameDecoder decoder_;
+  testing::FrameDecoder decoder_;
 };
 
 // Reads the daemon's answer to `client` and checks that it is a Rejected frame with a one-line
