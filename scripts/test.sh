@@ -97,13 +97,22 @@ coverage_line() {  # <build dir>: sets $coverage
 
 echo "== coverage (gcov): unit and integration tests, line coverage of daemon/"
 coverage="coverage: not measured (the coverage build failed)"
-if build build/coverage -DCMAKE_BUILD_TYPE=Debug -DPANDO_COVERAGE=ON; then
+# A launcher attaches its new root on /tmp of its mount namespace, which hides
+# a build tree under the host's /tmp from the counters it writes before
+# pivot_root (daemon/coverage/flush_counters.cc): a checkout there gets its
+# coverage build in /var/tmp, removed afterwards.
+coverage_dir=build/coverage
+case "$root/" in
+  /tmp/*) coverage_dir=$(mktemp -d /var/tmp/pando-helper-coverage.XXXXXX) ;;
+esac
+if build "$coverage_dir" -DCMAKE_BUILD_TYPE=Debug -DPANDO_COVERAGE=ON; then
   # This run's counts only (the build's test discovery runs the test binaries too).
-  find build/coverage -name '*.gcda' -delete
-  run_ctest build/coverage -LE packaging
-  coverage_line build/coverage
+  find "$coverage_dir" -name '*.gcda' -delete
+  run_ctest "$coverage_dir" -LE packaging
+  coverage_line "$coverage_dir"
   echo "$coverage"
 fi
+[ "$coverage_dir" = build/coverage ] || rm -rf "$coverage_dir"
 
 echo "== libFuzzer: protocol core and request validator, ${fuzz_seconds} s"
 if build build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
