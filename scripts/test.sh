@@ -103,7 +103,11 @@ coverage="coverage: not measured (the coverage build failed)"
 # coverage build in /var/tmp, removed afterwards.
 coverage_dir=build/coverage
 case "$root/" in
-  /tmp/*) coverage_dir=$(mktemp -d /var/tmp/pando-helper-coverage.XXXXXX) ;;
+  /tmp/*)
+    coverage_dir=$(mktemp -d /var/tmp/pando-helper-coverage.XXXXXX)
+    # Like a checkout: the roles and the tests' users run its binaries.
+    chmod 0755 "$coverage_dir"
+    ;;
 esac
 if build "$coverage_dir" -DCMAKE_BUILD_TYPE=Debug -DPANDO_COVERAGE=ON; then
   # This run's counts only (the build's test discovery runs the test binaries too).
