@@ -4,6 +4,7 @@
 #include "daemon/cgroups.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -101,6 +102,21 @@ SessionCgroup::~SessionCgroup() {
 
 void SessionCgroup::add_process(pid_t pid) {
   for (const auto& d : dirs_) write_value(d.path + "/cgroup.procs", std::to_string(pid));
+}
+
+std::vector<UniqueFd> SessionCgroup::attach_launcher(pid_t pid) {
+  std::vector<UniqueFd> tasks_files;
+  for (const auto& d : dirs_) {
+    if (d.unified) {
+      write_value(d.path + "/cgroup.procs", std::to_string(pid));
+      continue;
+    }
+    const std::string path = d.path + "/tasks";
+    UniqueFd file(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!file.valid()) fail("open " + path, errno);
+    tasks_files.push_back(std::move(file));
+  }
+  return tasks_files;
 }
 
 std::vector<pid_t> SessionCgroup::listed_pids() const {

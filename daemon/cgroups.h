@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/unique_fd.h"
 #include "proto/config.pb.h"
 
 namespace pando::daemon {
@@ -93,6 +94,15 @@ class SessionCgroup {
 
   // Moves `pid` (all its threads) into the session in every hierarchy. Throws on failure.
   void add_process(pid_t pid);
+
+  // Puts a session's launcher (single-threaded, waiting for its plan) in the session. v2:
+  // moved here, as add_process(). v1: returned are the hierarchies' `tasks` files, opened for
+  // writing, for the launcher to move itself (it writes "0" into each before it acts on its
+  // plan). Moving another process takes the kernel's global threadgroup lock for writing,
+  // whose first taker after a quiet spell waits for an RCU grace period (2-12 ms measured on
+  // this machine's launch path); a thread that moves itself through `tasks` skips that lock.
+  // v2 has no such file across domain cgroups. Throws on failure.
+  std::vector<UniqueFd> attach_launcher(pid_t pid);
 
   // SIGKILLs every process of the session. v2: cgroup.kill, or freeze + kill each + thaw on
   // kernels without it (< 5.14). v1: freezer FROZEN, kill each listed pid, THAWED. Returns

@@ -96,7 +96,7 @@ PreparedLaunch prepare_launch(Daemon& daemon, const PeerIdentity& peer,
 }
 
 void start_launch(Daemon& daemon, const std::string& session_id, const PeerIdentity& peer,
-                  const std::string& role, const PreparedLaunch& prepared, DirectStdio* direct,
+                  const std::string& role, PreparedLaunch& prepared, DirectStdio* direct,
                   LaunchedSandbox& out) {
   // Step 8: the session's cgroup, with its limits, before anything of it runs.
   out.cgroup = daemon.create_session_cgroup(session_id, peer.uid, daemon.role_config(role));
@@ -104,14 +104,18 @@ void start_launch(Daemon& daemon, const std::string& session_id, const PeerIdent
   // Step 9: a launcher, prestarted or started now.
   out.sandbox = daemon.take_sandbox();
   // Step 10: limits and accounting hold before the role exists: the launcher
-  // waits for its plan, which comes only once it is in the session's cgroups.
-  if (out.cgroup) out.cgroup->add_process(out.sandbox.pid);
+  // waits for its plan, and acts on it only once it is in the session's
+  // cgroups (on cgroup v1 it moves itself, through the files sent last).
+  std::vector<UniqueFd> tasks_files;
+  if (out.cgroup) tasks_files = out.cgroup->attach_launcher(out.sandbox.pid);
+  prepared.plan.set_cgroup_tasks_files(static_cast<uint32_t>(tasks_files.size()));
   const sandbox::PlanTrees& trees = prepared.trees;
   std::vector<int> fds = {out.stdio.child[0].get(), out.stdio.child[1].get(),
                           out.stdio.child[2].get(), trees.caller.project.get(),
                           trees.caller.sandbox_dir.get()};
   if (trees.caller.auth_home.valid()) fds.push_back(trees.caller.auth_home.get());
   for (const UniqueFd& tree : trees.runtime) fds.push_back(tree.get());
+  for (const UniqueFd& file : tasks_files) fds.push_back(file.get());
   send_plan(out.sandbox.control.get(), prepared.plan.SerializeAsString(), fds);
   // The launcher holds the role's ends now: with a copy here, the role's
   // stdout and stderr would never reach EOF.

@@ -56,7 +56,7 @@ struct LaunchedSandbox {
 // Steps 8-10, on the event loop: the session's cgroup, a launcher, the
 // launcher placed in the cgroup, then the plan and its fds sent to it.
 void start_launch(Daemon& daemon, const std::string& session_id, const PeerIdentity& peer,
-                  const std::string& role, const PreparedLaunch& prepared, DirectStdio* direct,
+                  const std::string& role, PreparedLaunch& prepared, DirectStdio* direct,
                   LaunchedSandbox& out);
 
 }  // namespace pando::daemon

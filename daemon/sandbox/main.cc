@@ -65,11 +65,12 @@ void report_setup_failure(v1::ErrorCode code, const std::string& message) {
 
 // The plan and, attached with SCM_RIGHTS in this order, the role's stdin,
 // stdout and stderr, the project, the sandbox dir, the auth home (when the plan
-// has one) and one tree per runtime path.
+// has one), one tree per runtime path and the session's cgroup v1 `tasks` files.
 struct ReceivedPlan {
   SandboxPlan plan;
   UniqueFd stdio[3];
   sb::PlanTrees trees;
+  std::vector<UniqueFd> cgroup_tasks;
 };
 
 ReceivedPlan receive_plan() {
@@ -94,7 +95,8 @@ ReceivedPlan receive_plan() {
     throw pando::Error(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
   }
   const SandboxPlan& plan = received.plan;
-  const size_t expected = 5 + (plan.has_auth_home() ? 1 : 0) + plan.runtime_paths_size();
+  const size_t expected = 5 + (plan.has_auth_home() ? 1 : 0) + plan.runtime_paths_size() +
+                          plan.cgroup_tasks_files();
   if (fds.size() != expected) {
     throw pando::Error(v1::ERROR_LAUNCH_FAILED, "the daemon sent " + std::to_string(fds.size()) +
                                                     " fds, not " + std::to_string(expected));
@@ -104,7 +106,10 @@ ReceivedPlan receive_plan() {
   received.trees.caller.project = std::move(*next++);
   received.trees.caller.sandbox_dir = std::move(*next++);
   if (plan.has_auth_home()) received.trees.caller.auth_home = std::move(*next++);
-  while (next != fds.end()) received.trees.runtime.push_back(std::move(*next++));
+  for (int i = 0; i < plan.runtime_paths_size(); ++i) {
+    received.trees.runtime.push_back(std::move(*next++));
+  }
+  while (next != fds.end()) received.cgroup_tasks.push_back(std::move(*next++));
   return received;
 }
 
@@ -264,9 +269,11 @@ Prepared prepare_for_launchers() {
     sb::set_up_namespaces();
     sb::BaseView view = sb::build_base_view();
     ReceivedPlan received = receive_plan();
+    // Nothing of the plan is acted on outside the session's cgroups: on v2
+    // the daemon moved us before sending it, on v1 we move ourselves now.
+    sb::join_session_cgroups(received.cgroup_tasks);
     if (prepared.idle_while_waiting) set_scheduling(SCHED_OTHER);
     plan = std::move(received.plan);
-    // The daemon moved us into the session's cgroups before sending the plan.
     sb::enter_cgroup_namespace();
     install_stdio(received.stdio);
     sb::complete_filesystem_view(view, plan, received.trees);

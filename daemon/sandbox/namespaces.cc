@@ -61,6 +61,15 @@ void set_up_namespaces() {
   bring_up_loopback();
 }
 
+// A write of "0" to a v1 `tasks` file moves the writing thread alone, which
+// for the single-threaded launcher is the whole process.
+void join_session_cgroups(std::vector<UniqueFd>& tasks_files) {
+  for (UniqueFd& file : tasks_files) {
+    if (write(file.get(), "0", 1) != 1) throw_errno("joining the session's cgroup (tasks)");
+    file.reset();
+  }
+}
+
 void enter_cgroup_namespace() {
   if (unshare(CLONE_NEWCGROUP) != 0) throw_errno("unshare(CLONE_NEWCGROUP)");
 }

@@ -2,6 +2,10 @@
 
 #include <sys/types.h>
 
+#include <vector>
+
+#include "common/unique_fd.h"
+
 namespace pando::sandbox {
 
 // The session's host and domain name; the view's /etc/hostname and /etc/hosts say the same.
@@ -20,8 +24,13 @@ pid_t fork_into_new_namespaces(int* pidfd) noexcept;
 // Error.
 void set_up_namespaces();
 
-// Once the daemon has moved the launcher into the session's cgroups: a new
-// cgroup namespace, so the session's cgroup is its root. Throws Error.
+// On cgroup v1, the launcher moves itself into the session's cgroups: "0"
+// into each `tasks` file the daemon opened (SessionCgroup::attach_launcher),
+// each closed afterwards. Throws Error.
+void join_session_cgroups(std::vector<UniqueFd>& tasks_files);
+
+// Once the launcher is in the session's cgroups: a new cgroup namespace, so
+// the session's cgroup is its root. Throws Error.
 void enter_cgroup_namespace();
 
 }  // namespace pando::sandbox
