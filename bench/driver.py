@@ -701,7 +701,8 @@ def mode_report(args):
             f"bwrap {b['block_ns'] / 1e9:.2f} s", f"{h['block_ns'] / 1e9:.2f} s",
             f"{h['block_ns'] / b['block_ns']:.2f}x")
 
-    launch_rows(r, f"CPUs {','.join(map(str, p['cpus']))}")
+    if "launch" in args.sections:
+        launch_rows(r, f"CPUs {','.join(map(str, p['cpus']))}")
     if pinned is not None:
         launch_rows(pinned, f"all on CPU {','.join(map(str, pinned['params']['cpus']))}")
     metric = f"{p['concurrent']} launches at once (wall)"
@@ -801,6 +802,7 @@ def main():
     r.add_argument("--caller", required=True)
     r.add_argument("--pinned")
     r.add_argument("--netns", required=True)
+    r.add_argument("--sections", type=lambda v: v.split(","), default=list(SECTIONS))
     args = ap.parse_args()
     try:
         rc = {"caller": mode_caller, "netns": mode_netns, "daemonlog": mode_daemonlog,

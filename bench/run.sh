@@ -1,19 +1,29 @@
 #!/bin/bash
 # Benchmark: direct execution vs. execution through pando-helperd (and bwrap).
-# Usage (as root): bench/run.sh [--quick]
+# Usage (as root): bench/run.sh [--quick] [--sections LIST]
 # See bench/README.md for what each number means. Exits non-zero only when
 # something did not work (build, daemon start, a session failed, wrong byte
 # count); slow numbers never fail it.
 set -euo pipefail
 
 quick=0
-for arg in "$@"; do
-  case "$arg" in
+all_sections=launch,throughput,pingpong,concurrent,live
+sections=$all_sections
+while [[ $# -gt 0 ]]; do
+  case "$1" in
     --quick) quick=1 ;;
+    --sections)
+      sections=${2:-}
+      shift
+      for s in ${sections//,/ }; do
+        [[ ",$all_sections," == *",$s,"* ]] || { echo "bench: unknown section $s (of $all_sections)" >&2; exit 64; }
+      done ;;
     -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
-    *) echo "bench: unknown argument $arg" >&2; exit 64 ;;
+    *) echo "bench: unknown argument $1" >&2; exit 64 ;;
   esac
+  shift
 done
+has_section() { [[ ",$sections," == *",$1,"* ]]; }
 if [[ $(id -u) -ne 0 ]]; then
   echo "bench: must run as root (it creates users and starts the daemon)" >&2
   exit 77
@@ -174,7 +184,8 @@ echo "== caller-side measurements (as $caller)"
 caller_ok=1
 as_caller python3 "$tmp/driver.py" caller --client "$build_dir/pando-helper" --socket "$socket" \
   --project "$project" --stderr-log "$stderr_log" --out "$caller_json" --daemon-pid "$daemon_pid" \
-  --cgroup-parent "$cgroup_parent" "${counts[@]}" || caller_ok=0
+  --cgroup-parent "$cgroup_parent" --sections "$sections" "${counts[@]}" ||
+  caller_ok=0
 if [[ -s "$stderr_log" ]]; then
   echo "-- stderr of the measured commands (first 20 lines):"
   head -n 20 "$stderr_log"
@@ -190,16 +201,19 @@ python3 "$tmp/driver.py" daemonlog --log "$tmp/daemon.log" --sequential "$sequen
 # The launch loop again with the daemon (and so its launchers), the driver, every
 # client and every bwrap on CPU 0: preparation ahead of requests competes with the
 # launch itself there.
-echo "== launch latency, everything on CPU 0"
-stop_daemon
-start_daemon "$tmp/daemon-pinned.log" taskset -c 0
-pinned_json=$tmp/caller-pinned.json
-: >"$pinned_json"
-chown "$caller" "$pinned_json"
-as_caller taskset -c 0 python3 "$tmp/driver.py" caller --client "$build_dir/pando-helper" \
-  --socket "$socket" --project "$project" --stderr-log "$stderr_log" --out "$pinned_json" \
-  --daemon-pid "$daemon_pid" --sections launch "${counts[@]}" || caller_ok=0
-[[ -s "$pinned_json" ]] || exit 1
+pinned_json=""
+if has_section launch; then
+  echo "== launch latency, everything on CPU 0"
+  stop_daemon
+  start_daemon "$tmp/daemon-pinned.log" taskset -c 0
+  pinned_json=$tmp/caller-pinned.json
+  : >"$pinned_json"
+  chown "$caller" "$pinned_json"
+  as_caller taskset -c 0 python3 "$tmp/driver.py" caller --client "$build_dir/pando-helper" \
+    --socket "$socket" --project "$project" --stderr-log "$stderr_log" --out "$pinned_json" \
+    --daemon-pid "$daemon_pid" --sections launch "${counts[@]}" || caller_ok=0
+  [[ -s "$pinned_json" ]] || exit 1
+fi
 stop_daemon
 
 echo "== network namespace cost (as root)"
@@ -207,6 +221,6 @@ python3 "$tmp/driver.py" netns --launches "$netns_launches" --out "$tmp/netns.js
 
 report_ok=1
 echo "== load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 "$tmp/driver.py" report --caller "$caller_json" --pinned "$pinned_json" \
-  --netns "$tmp/netns.json" || report_ok=0
+python3 "$tmp/driver.py" report --caller "$caller_json" ${pinned_json:+--pinned "$pinned_json"} \
+  --netns "$tmp/netns.json" --sections "$sections" || report_ok=0
 [[ $caller_ok -eq 1 && $report_ok -eq 1 ]]
