@@ -119,6 +119,17 @@ std::vector<UniqueFd> SessionCgroup::attach_launcher(pid_t pid) {
   return tasks_files;
 }
 
+bool SessionCgroup::holds_at_most(pid_t pid) const noexcept {
+  try {
+    const std::string procs = dirs_.front().path + "/cgroup.procs";
+    if (!exists(procs)) return false;
+    const std::vector<pid_t> left = read_pids(procs);
+    return left.empty() || (left.size() == 1 && left.front() == pid);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 std::vector<pid_t> SessionCgroup::listed_pids() const {
   std::set<pid_t> all;
   for (const auto& d : dirs_) {

@@ -114,6 +114,11 @@ class SessionCgroup {
   // Also false when the membership files cannot be read.
   bool wait_empty(std::chrono::milliseconds max) noexcept;
 
+  // Whether no process but `pid` (or none at all) is in the session; false also when the
+  // membership cannot be read. Every session process is in all of the session's hierarchies,
+  // so one directory's cgroup.procs tells.
+  bool holds_at_most(pid_t pid) const noexcept;
+
   // Reads the accounting files; call before remove(). Unreadable values stay zero.
   SessionUsage usage() const noexcept;
   // Only oom_killed and pids_limit_hit, which decide an Exit's reason: fewer files than usage(),

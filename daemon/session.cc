@@ -350,7 +350,10 @@ void Session::handle_sandbox_event(const sbv1::SandboxEvent& event) {
                   event.setup_failed().message());
   }
   if (event.has_started() && state() == State::kStarting) return begin_running();
-  if (event.has_role_exited()) role_exit_ = event.role_exited();
+  if (event.has_role_exited()) {
+    role_exit_ = event.role_exited();
+    maybe_finish();
+  }
 }
 
 void Session::begin_running() {
@@ -422,11 +425,23 @@ void Session::shut_down() {
 }
 
 void Session::maybe_finish() {
-  if (!sandbox_reaped_) return;
-  if (client_gone_) return close();
+  if (client_gone_) {
+    if (sandbox_reaped_) close();
+    return;
+  }
   if (state() != State::kRunning || sent_exit_) return;
   if (!stdout_.eof || !stderr_.eof || out_splice_remaining_ > 0) return;
+  if (!sandbox_reaped_ && !only_exiting_launcher_left()) return;
   send_exit();
+}
+
+// Init reported the role's exit and exits right after it; its exit (the
+// mount namespace's teardown: about a millisecond here) need not delay the
+// client when no other process of the session is left to act. Any other
+// process (a daemonized child) means waiting for the reap, when init's exit
+// has killed it. Without a session cgroup there is no list to go by.
+bool Session::only_exiting_launcher_left() const {
+  return role_exit_ && launch_.cgroup && launch_.cgroup->holds_at_most(launch_.sandbox.pid);
 }
 
 v1::Exit Session::build_exit(const SessionUsage& usage) const {
@@ -513,8 +528,9 @@ void Session::close() {
   handshake_timer_.cancel();
   socket_.close(ignored);
   if (launched_ && !sandbox_reaped_) {
-    // on_sandbox_exited() comes back here once the sandbox is reaped.
-    kill_sandbox();
+    // on_sandbox_exited() comes back here once the sandbox is reaped. After
+    // an Exit sent before that, the launcher is exiting on its own.
+    if (!sent_exit_) kill_sandbox();
     return;
   }
   if (finished_) return;

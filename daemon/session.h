@@ -113,6 +113,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void kill_sandbox();
   void client_gone(const char* why);
   void maybe_finish();
+  bool only_exiting_launcher_left() const;
   void send_exit();
   pando::helper::v1::Exit build_exit(const SessionUsage& usage) const;
   void log_session_end(const pando::helper::v1::Exit& exit, const SessionUsage& usage,
