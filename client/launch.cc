@@ -7,6 +7,8 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -67,13 +69,123 @@ v1::Signal wire_signal(int signo) {
   }
 }
 
+// What direct stdio may hand to the role, as the daemon checks it
+// (daemon/launch_pipeline.cc): a pipe, a terminal that is not a
+// pseudo-terminal master, or /dev/null.
+enum class StdioKind { kPipe, kTerminal, kNull, kOther };
+
+// Legacy BSD pseudo-terminal masters, which do not answer TIOCGPTN.
+constexpr unsigned int kBsdPtyMasterMajor = 2;
+
+StdioKind stdio_kind(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return StdioKind::kOther;
+  if (S_ISFIFO(st.st_mode)) return StdioKind::kPipe;
+  if (!S_ISCHR(st.st_mode)) return StdioKind::kOther;
+  if (st.st_rdev == makedev(1, 3)) return StdioKind::kNull;
+  termios modes{};
+  unsigned int pty_number = 0;
+  if (tcgetattr(fd, &modes) != 0 || ioctl(fd, TIOCGPTN, &pty_number) == 0 ||
+      major(st.st_rdev) == kBsdPtyMasterMajor) {
+    return StdioKind::kOther;
+  }
+  return StdioKind::kTerminal;
+}
+
+// The caller's terminals among stdin and stdout, saved before the role gets
+// them and put back when the session ends, however it ends (the destructor
+// runs on every return of run_launch): a role shares the terminal and its
+// open file description, and one that set raw mode, turned echo off, changed
+// the line discipline, made the file non-blocking or set exclusive mode (no
+// more opens of the terminal, /dev/tty included, for the caller) must not
+// leave the caller's terminal that way. The window size is not put back: the
+// terminal emulator sets it on every resize, and an old one would undo the
+// user's.
+class TerminalGuard {
+ public:
+  TerminalGuard() = default;
+  TerminalGuard(const TerminalGuard&) = delete;
+  TerminalGuard& operator=(const TerminalGuard&) = delete;
+  ~TerminalGuard() { restore(); }
+
+  // false: the terminal is not handed over, because its state cannot be read
+  // or because this client is a background job on it: the role is outside the
+  // terminal's job control (another session), so it would read what is typed
+  // for the shell in the foreground.
+  bool save(int fd) {
+    const pid_t foreground = tcgetpgrp(fd);
+    if (foreground >= 0 && foreground != getpgrp()) return false;
+    Saved saved{fd, {}, 0, 0, fcntl(fd, F_GETFL)};
+    if (saved.status_flags < 0 || tcgetattr(fd, &saved.modes) != 0 ||
+        ioctl(fd, TIOCGETD, &saved.line_discipline) != 0 ||
+        ioctl(fd, TIOCGEXCL, &saved.exclusive) != 0) {
+      return false;
+    }
+    saved_.push_back(saved);
+    return true;
+  }
+
+  void forget() { saved_.clear(); }
+  bool empty() const { return saved_.empty(); }
+
+ private:
+  struct Saved {
+    int fd;
+    termios modes;
+    int line_discipline;
+    int exclusive;
+    int status_flags;
+  };
+
+  // SIGTTOU blocked: a client in a background job puts the modes back
+  // instead of being stopped by the kernel.
+  void restore() noexcept {
+    if (saved_.empty()) return;
+    sigset_t ttou, old;
+    sigemptyset(&ttou);
+    sigaddset(&ttou, SIGTTOU);
+    sigprocmask(SIG_BLOCK, &ttou, &old);
+    for (const Saved& saved : saved_) {
+      int line_discipline = 0;
+      int exclusive = 0;
+      const bool ok = ioctl(saved.fd, TIOCGETD, &line_discipline) == 0 &&
+                      (line_discipline == saved.line_discipline ||
+                       ioctl(saved.fd, TIOCSETD, &saved.line_discipline) == 0) &&
+                      tcsetattr(saved.fd, TCSANOW, &saved.modes) == 0 &&
+                      ioctl(saved.fd, TIOCGEXCL, &exclusive) == 0 &&
+                      (exclusive == saved.exclusive ||
+                       ioctl(saved.fd, saved.exclusive ? TIOCEXCL : TIOCNXCL) == 0) &&
+                      fcntl(saved.fd, F_SETFL, saved.status_flags) == 0;
+      if (!ok) {
+        log::warn("terminal_not_restored", {{"fd", static_cast<int64_t>(saved.fd)},
+                                            {"error", std::string(std::strerror(errno))}});
+      }
+    }
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+  }
+
+  std::vector<Saved> saved_;
+};
+
 // Direct stdio (see proto/helper.proto): hand our own stdin/stdout to the
-// role when both are pipes, so no byte passes through this process or the
-// daemon. PANDO_HELPER_STDIO=frames forces the framed relay.
-bool wants_direct_stdio() {
+// role when each is a kind the daemon takes, so no byte passes through this
+// process or the daemon; the terminals among them are saved in `terminals`
+// first. PANDO_HELPER_STDIO=frames forces the framed relay.
+bool wants_direct_stdio(TerminalGuard& terminals) {
   const char* mode = std::getenv("PANDO_HELPER_STDIO");
   if (mode != nullptr && std::string(mode) == "frames") return false;
-  return is_pipe(STDIN_FILENO) && is_pipe(STDOUT_FILENO);
+  const StdioKind in = stdio_kind(STDIN_FILENO);
+  const StdioKind out = stdio_kind(STDOUT_FILENO);
+  if (in == StdioKind::kOther || out == StdioKind::kOther) return false;
+  // ^Z would stop this client but not the role, which would go on reading the
+  // terminal while the shell has it again; ^C still ends the session.
+  if ((in == StdioKind::kTerminal && !terminals.save(STDIN_FILENO)) ||
+      (out == StdioKind::kTerminal && !terminals.save(STDOUT_FILENO)) ||
+      (!terminals.empty() && signal(SIGTSTP, SIG_IGN) == SIG_ERR)) {
+    terminals.forget();
+    return false;
+  }
+  return true;
 }
 
 // Sends `bytes` with `fds` attached (SCM_RIGHTS) to their first byte.
@@ -402,7 +514,8 @@ int run_launch(const std::string& role, const std::string& project_root,
     return kExitUnavailable;
   }
   const auto frame = wire::encode_message_frame(v1::FRAME_LAUNCH_REQUEST, request);
-  const bool direct = wants_direct_stdio();
+  TerminalGuard terminals;
+  const bool direct = wants_direct_stdio(terminals);
   const bool sent = direct ? send_with_fds(sock.get(), frame, {STDIN_FILENO, STDOUT_FILENO})
                            : send_all(sock.get(), frame.data(), frame.size());
   wire::SessionProtocol protocol(wire::Sender::kDaemon);

@@ -2,8 +2,11 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
+#include <termios.h>
 
 #include <cerrno>
 #include <cstring>
@@ -21,22 +24,61 @@ namespace sbv1 = pando::helper::sandbox::v1;
 
 namespace {
 
+// Legacy BSD pseudo-terminal masters (/dev/pty*), which do not answer TIOCGPTN.
+constexpr unsigned int kBsdPtyMasterMajor = 2;
+
 [[noreturn]] void bad_fds(const std::string& why) { throw Error(v1::ERROR_BAD_STDIO_FDS, why); }
 
-// Only anonymous pipes: a terminal (TIOCSTI), a socket or a file of the
-// caller's would hand the role more than a byte stream; a named FIFO is a
-// file on a filesystem (reopened through /proc/self/fd, with any mode the
-// role may ask for); an O_PATH fd is no stream at all.
-void check_pipe(int fd, const std::string& name, int refused_mode) {
+// What a file that is none of the three passable kinds is, for the refusal.
+std::string kind_name(const struct stat& st) {
+  switch (st.st_mode & S_IFMT) {
+    case S_IFSOCK:
+      return "a socket";
+    case S_IFREG:
+      return "a regular file";
+    case S_IFDIR:
+      return "a directory";
+    case S_IFBLK:
+      return "a block device";
+    case S_IFCHR:
+      return "a character device that is neither a terminal nor /dev/null";
+    default:
+      return "not a pipe, terminal or /dev/null";
+  }
+}
+
+// A passed fd must give the role no more than the byte stream the relay would
+// carry (SECURITY.md, "The trust boundary"), so only three kinds pass:
+// - an anonymous pipe: a named FIFO is a file on a filesystem (reopened
+//   through /proc/self/fd, with any mode the role may ask for);
+// - a terminal that is not a pseudo-terminal master: whoever holds a master
+//   types the slave's input (and TIOCGPTPEER opens a new slave); a UNIX98
+//   master answers TIOCGPTN, a legacy BSD one has its own device major;
+// - /dev/null (the null driver, wherever its node is).
+// TCGETS runs only on a character device that is not /dev/null; TIOCGPTN
+// only once TCGETS said it is a terminal, so the daemon issues no ioctl that
+// another driver could read differently. An O_PATH fd is no stream at all.
+void check_stdio_fd(int fd, const std::string& name, int refused_mode) {
   struct stat st {};
-  struct statfs fs {};
   const int flags = fcntl(fd, F_GETFL);
-  if (flags < 0 || fstat(fd, &st) != 0 || fstatfs(fd, &fs) != 0) {
+  if (flags < 0 || fstat(fd, &st) != 0) {
     bad_fds(name + " fd cannot be inspected: " + std::strerror(errno));
   }
-  if (flags & O_PATH) bad_fds(name + " fd is an O_PATH descriptor, not a pipe");
-  if (!S_ISFIFO(st.st_mode)) bad_fds(name + " fd is not a pipe");
-  if (fs.f_type != PIPEFS_MAGIC) bad_fds(name + " fd is a named FIFO, not an anonymous pipe");
+  if (flags & O_PATH) bad_fds(name + " fd is an O_PATH descriptor, not a stream");
+  if (S_ISFIFO(st.st_mode)) {
+    struct statfs fs {};
+    if (fstatfs(fd, &fs) != 0) bad_fds(name + " fd cannot be inspected: " + std::strerror(errno));
+    if (fs.f_type != PIPEFS_MAGIC) bad_fds(name + " fd is a named FIFO, not an anonymous pipe");
+  } else if (!S_ISCHR(st.st_mode)) {
+    bad_fds(name + " fd is " + kind_name(st));
+  } else if (st.st_rdev != makedev(1, 3)) {
+    termios modes{};
+    unsigned int pty_number = 0;
+    if (tcgetattr(fd, &modes) != 0) bad_fds(name + " fd is " + kind_name(st));
+    if (ioctl(fd, TIOCGPTN, &pty_number) == 0 || major(st.st_rdev) == kBsdPtyMasterMajor) {
+      bad_fds(name + " fd is a pseudo-terminal master, not a terminal");
+    }
+  }
   if ((flags & O_ACCMODE) == refused_mode) {
     bad_fds(name + (refused_mode == O_WRONLY ? " fd is not readable" : " fd is not writable"));
   }
@@ -50,8 +92,8 @@ std::optional<DirectStdio> take_direct_stdio(std::vector<UniqueFd>& fds) {
     bad_fds("direct stdio takes exactly two fds (stdin, stdout), got " +
             std::to_string(fds.size()));
   }
-  check_pipe(fds[0].get(), "stdin", O_WRONLY);
-  check_pipe(fds[1].get(), "stdout", O_RDONLY);
+  check_stdio_fd(fds[0].get(), "stdin", O_WRONLY);
+  check_stdio_fd(fds[1].get(), "stdout", O_RDONLY);
   DirectStdio direct;
   direct.stdin_read = std::move(fds[0]);
   direct.stdout_write = std::move(fds[1]);

@@ -25,8 +25,9 @@ namespace pando::daemon {
 
 class Daemon;
 
-// The fds that came with the request (direct stdio): exactly two anonymous
-// pipes, stdin readable and stdout writable, else ERROR_BAD_STDIO_FDS.
+// The fds that came with the request (direct stdio): exactly two, each an
+// anonymous pipe, a terminal that is not a pseudo-terminal master, or
+// /dev/null, stdin readable and stdout writable, else ERROR_BAD_STDIO_FDS.
 // Empty `fds`: nullopt (the relay carries stdio).
 std::optional<DirectStdio> take_direct_stdio(std::vector<UniqueFd>& fds);
 

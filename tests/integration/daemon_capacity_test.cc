@@ -22,6 +22,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/fd_passing.h"
@@ -299,7 +300,9 @@ TEST_F(DaemonCapacityTest, FdsComeOnlyWithTheRequestHeader) {
   for (int fd : {in[0], in[1], out[0], out[1]}) close(fd);
 }
 
-TEST_F(DaemonCapacityTest, PassedStdioMustBeAnonymousPipes) {
+// Only anonymous pipes, terminals that are not pseudo-terminal masters, and /dev/null
+// (tests/integration/terminal_stdio_test.cc runs sessions with the last two).
+TEST_F(DaemonCapacityTest, PassedStdioMustBePipesTerminalsOrDevNull) {
   start({});
   int in[2], out[2], pair[2];
   ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
@@ -311,25 +314,42 @@ TEST_F(DaemonCapacityTest, PassedStdioMustBeAnonymousPipes) {
   UniqueFd named_path(open(fifo.c_str(), O_PATH | O_CLOEXEC));
   const std::string anon_link = "/proc/self/fd/" + std::to_string(in[0]);
   UniqueFd anon_path(open(anon_link.c_str(), O_PATH | O_CLOEXEC));
-  UniqueFd terminal(posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
-  ASSERT_TRUE(named.valid() && named_path.valid() && anon_path.valid() && terminal.valid());
+  UniqueFd master(posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+  ASSERT_TRUE(master.valid() && grantpt(master.get()) == 0 && unlockpt(master.get()) == 0);
+  UniqueFd slave_write_only(open(ptsname(master.get()), O_WRONLY | O_NOCTTY | O_CLOEXEC));
+  UniqueFd slave_path(open(ptsname(master.get()), O_PATH | O_CLOEXEC));
+  const std::string file = daemon_->dir().write_file("file", "", caller());
+  UniqueFd regular(open(file.c_str(), O_RDWR | O_CLOEXEC));
+  UniqueFd directory(open(daemon_->dir().path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd zero(open("/dev/zero", O_RDWR | O_CLOEXEC));
+  ASSERT_TRUE(named.valid() && named_path.valid() && anon_path.valid() &&
+              slave_write_only.valid() && slave_path.valid() && regular.valid() &&
+              directory.valid() && zero.valid());
   const std::string request =
       RawClient(daemon_->socket_path(), caller()).launch_request(v1::ROLE_WORKSPACE, project_);
 
-  const std::vector<std::pair<std::string, std::vector<int>>> bad = {
-      {"O_PATH fd of a named FIFO as stdin", {named_path.get(), out[1]}},
-      {"O_PATH fd of an anonymous pipe as stdin", {anon_path.get(), out[1]}},
-      {"named FIFO as stdin", {named.get(), out[1]}},
-      {"named FIFO as stdout", {in[0], named.get()}},
-      {"socket as stdin", {pair[0], out[1]}},
-      {"terminal as stdout", {in[0], terminal.get()}},
+  const std::vector<std::tuple<std::string, std::vector<int>, std::string>> bad = {
+      {"O_PATH fd of a named FIFO as stdin", {named_path.get(), out[1]}, "O_PATH"},
+      {"O_PATH fd of an anonymous pipe as stdin", {anon_path.get(), out[1]}, "O_PATH"},
+      {"O_PATH fd of a terminal as stdin", {slave_path.get(), out[1]}, "O_PATH"},
+      {"named FIFO as stdin", {named.get(), out[1]}, "named FIFO"},
+      {"named FIFO as stdout", {in[0], named.get()}, "named FIFO"},
+      {"socket as stdin", {pair[0], out[1]}, "socket"},
+      {"pseudo-terminal master as stdout", {in[0], master.get()}, "pseudo-terminal master"},
+      {"pseudo-terminal master as stdin", {master.get(), out[1]}, "pseudo-terminal master"},
+      {"write-only terminal as stdin", {slave_write_only.get(), out[1]}, "not readable"},
+      {"regular file as stdin", {regular.get(), out[1]}, "regular file"},
+      {"directory as stdin", {directory.get(), out[1]}, "directory"},
+      {"/dev/zero as stdout", {in[0], zero.get()}, "neither a terminal nor /dev/null"},
   };
-  for (const auto& [what, fds] : bad) {
+  for (const auto& [what, fds, reason] : bad) {
     RawClient client(daemon_->socket_path(), caller());
     client.send_preface();
     client.send_frame_with_fds(v1::FRAME_LAUNCH_REQUEST, request, fds);
     const v1::Rejected rejected = expect_rejected(client);
     EXPECT_EQ(rejected.code(), v1::ERROR_BAD_STDIO_FDS) << what << ": " << rejected.message();
+    EXPECT_NE(rejected.message().find(reason), std::string::npos)
+        << what << ": " << rejected.message();
   }
   {  // two anonymous pipes are direct stdio
     RawClient client(daemon_->socket_path(), caller());

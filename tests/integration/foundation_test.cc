@@ -273,16 +273,16 @@ TEST_F(FoundationTest, RejectionsReachRawClientsWithTheirCodes) {
   EXPECT_EQ(reject_code_for_root(project_, static_cast<v1::Role>(9)), v1::ERROR_UNKNOWN_ROLE);
   EXPECT_EQ(reject_code_for_root(project_, v1::ROLE_UNSPECIFIED), v1::ERROR_UNKNOWN_ROLE);
 
-  {  // direct stdio: only a readable and a writable pipe, nothing else
+  {  // direct stdio: a readable stdin and a writable stdout, of the kinds passed (pipes here)
     int pipe_a[2], pipe_b[2];
     ASSERT_EQ(pipe(pipe_a), 0);
     ASSERT_EQ(pipe(pipe_b), 0);
-    const int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    const int zero = open("/dev/zero", O_RDWR | O_CLOEXEC);
     const std::string request =
         RawClient(daemon_->socket_path(), caller()).launch_request(v1::ROLE_WORKSPACE, project_);
     const std::vector<std::vector<int>> bad = {
-        {devnull, pipe_b[1]},              // a character device as stdin
-        {pipe_a[0], devnull},              // ... as stdout
+        {zero, pipe_b[1]},                 // a character device other than /dev/null as stdin
+        {pipe_a[0], zero},                 // ... as stdout
         {pipe_a[1], pipe_b[1]},            // stdin is a write end
         {pipe_a[0], pipe_b[0]},            // stdout is a read end
         {pipe_a[0]},                       // one fd
@@ -308,7 +308,7 @@ TEST_F(FoundationTest, RejectionsReachRawClientsWithTheirCodes) {
       message.ParseFromArray(rejected->payload.data(), static_cast<int>(rejected->payload.size()));
       EXPECT_EQ(message.code(), v1::ERROR_UNEXPECTED_FRAME);
     }
-    for (int fd : {pipe_a[0], pipe_a[1], pipe_b[0], pipe_b[1], devnull}) close(fd);
+    for (int fd : {pipe_a[0], pipe_a[1], pipe_b[0], pipe_b[1], zero}) close(fd);
   }
   {  // root is never a caller
     RawClient client(daemon_->socket_path(), TestUser{"root", 0, 0});
