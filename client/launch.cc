@@ -95,12 +95,12 @@ StdioKind stdio_kind(int fd) {
 // The caller's terminals among stdin and stdout, saved before the role gets
 // them and put back when the session ends, however it ends (the destructor
 // runs on every return of run_launch): a role shares the terminal and its
-// open file description, and one that set raw mode, turned echo off, changed
-// the line discipline, made the file non-blocking or set exclusive mode (no
-// more opens of the terminal, /dev/tty included, for the caller) must not
-// leave the caller's terminal that way. The window size is not put back: the
-// terminal emulator sets it on every resize, and an old one would undo the
-// user's.
+// open file description, and one that set raw mode, turned echo off or made
+// the file non-blocking must not leave the caller's terminal that way. (What
+// no client could put back after a SIGKILL, a line discipline or exclusive
+// mode, the role's seccomp filter refuses.) The window size is not put back:
+// the terminal emulator sets it on every resize, and an old one would undo
+// the user's.
 class TerminalGuard {
  public:
   TerminalGuard() = default;
@@ -115,12 +115,8 @@ class TerminalGuard {
   bool save(int fd) {
     const pid_t foreground = tcgetpgrp(fd);
     if (foreground >= 0 && foreground != getpgrp()) return false;
-    Saved saved{fd, {}, 0, 0, fcntl(fd, F_GETFL)};
-    if (saved.status_flags < 0 || tcgetattr(fd, &saved.modes) != 0 ||
-        ioctl(fd, TIOCGETD, &saved.line_discipline) != 0 ||
-        ioctl(fd, TIOCGEXCL, &saved.exclusive) != 0) {
-      return false;
-    }
+    Saved saved{fd, {}, fcntl(fd, F_GETFL)};
+    if (saved.status_flags < 0 || tcgetattr(fd, &saved.modes) != 0) return false;
     saved_.push_back(saved);
     return true;
   }
@@ -132,8 +128,6 @@ class TerminalGuard {
   struct Saved {
     int fd;
     termios modes;
-    int line_discipline;
-    int exclusive;
     int status_flags;
   };
 
@@ -146,15 +140,7 @@ class TerminalGuard {
     sigaddset(&ttou, SIGTTOU);
     sigprocmask(SIG_BLOCK, &ttou, &old);
     for (const Saved& saved : saved_) {
-      int line_discipline = 0;
-      int exclusive = 0;
-      const bool ok = ioctl(saved.fd, TIOCGETD, &line_discipline) == 0 &&
-                      (line_discipline == saved.line_discipline ||
-                       ioctl(saved.fd, TIOCSETD, &saved.line_discipline) == 0) &&
-                      tcsetattr(saved.fd, TCSANOW, &saved.modes) == 0 &&
-                      ioctl(saved.fd, TIOCGEXCL, &exclusive) == 0 &&
-                      (exclusive == saved.exclusive ||
-                       ioctl(saved.fd, saved.exclusive ? TIOCEXCL : TIOCNXCL) == 0) &&
+      const bool ok = tcsetattr(saved.fd, TCSANOW, &saved.modes) == 0 &&
                       fcntl(saved.fd, F_SETFL, saved.status_flags) == 0;
       if (!ok) {
         log::warn("terminal_not_restored", {{"fd", static_cast<int64_t>(saved.fd)},

@@ -182,6 +182,13 @@ constexpr Rule kPolicy[] = {
      "pushes input into the terminal"},
     {SYSCALL(ioctl), EPERM, arg_low32_is(1, TIOCLINUX, "request is TIOCLINUX (low 32 bits)"),
      "console selection pastes input into the terminal"},
+    // The caller's terminal may be the role's own stdio (direct stdio): a line discipline
+    // (N_NULL silences it) or exclusive mode (no more opens, /dev/tty included) would outlast
+    // the session when the client cannot put them back (SIGKILL).
+    {SYSCALL(ioctl), EPERM, arg_low32_is(1, TIOCSETD, "request is TIOCSETD (low 32 bits)"),
+     "changes the terminal's line discipline"},
+    {SYSCALL(ioctl), EPERM, arg_low32_is(1, TIOCEXCL, "request is TIOCEXCL (low 32 bits)"),
+     "puts the terminal in exclusive mode"},
 
     // Execution domains and flags that weaken the address space (ADDR_NO_RANDOMIZE,
     // READ_IMPLIES_EXEC, MMAP_PAGE_ZERO...). PER_LINUX and the query stay allowed so that

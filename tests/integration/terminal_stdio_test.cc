@@ -252,18 +252,21 @@ TEST_F(TerminalStdioTest, WhatTheRoleChangesOnTheTerminalIsPutBackWhenTheSession
   ASSERT_TRUE(before.c_lflag & ECHO);
   ASSERT_TRUE(before.c_lflag & ICANON);
   Client client(*daemon_, project_, pty.slave.get(), pty.slave.get(), pty.slave.get());
-  // Raw mode without echo, exclusive mode (TIOCEXCL, 0x540c: the caller could no longer open
-  // the terminal, /dev/tty included), the line discipline N_NULL (27: the terminal would
-  // swallow every byte both ways; TIOCSETD is 0x5423) and O_NONBLOCK (F_SETFL 4, 04000) on
-  // the open file the caller shares; then the role ends. Reported on stderr: N_NULL discards
-  // the terminal's output.
-  ASSERT_TRUE(
-      pty.write("stty raw -echo && perl -e 'my $a = 0; ioctl(STDIN, 0x540c, $a) or exit 1; "
-                "my $d = pack(\"i\", 27); ioctl(STDIN, 0x5423, $d) or exit 1; "
-                "fcntl(STDIN, 4, 2048) or exit 1' && echo changed-$((6 * 7)) >&2\n"));
+  // Exclusive mode (TIOCEXCL, 0x540c: the caller could no longer open the terminal, /dev/tty
+  // included) and the line discipline N_NULL (27: the terminal would swallow every byte both
+  // ways; TIOCSETD is 0x5423) are refused by seccomp, since no client could put them back
+  // after a SIGKILL; raw mode without echo and O_NONBLOCK (F_SETFL 4, 04000) on the open file
+  // the caller shares go through and are put back by the client. Reported on stderr.
+  ASSERT_TRUE(pty.write(
+      "perl -e 'my $a = 0; ioctl(STDIN, 0x540c, $a) or print STDERR \"excl-errno-\", $!+0, "
+      "\"\\n\"; "
+      "my $d = pack(\"i\", 27); ioctl(STDIN, 0x5423, $d) or print STDERR \"setd-errno-\", $!+0, "
+      "\"\\n\"' && stty raw -echo && perl -e 'fcntl(STDIN, 4, 2048) or exit 1' && "
+      "echo changed-$((6 * 7)) >&2\n"));
   EXPECT_EQ(client.wait(), 0) << client.err;
   EXPECT_NE(client.err.find("changed-42"), std::string::npos) << client.err << daemon_->log();
-  // Under N_NULL the terminal would not even answer TCGETS any more.
+  EXPECT_NE(client.err.find("excl-errno-1\n"), std::string::npos) << client.err;
+  EXPECT_NE(client.err.find("setd-errno-1\n"), std::string::npos) << client.err;
   int line_discipline = -1;
   ASSERT_EQ(ioctl(pty.slave.get(), TIOCGETD, &line_discipline), 0);
   EXPECT_EQ(line_discipline, N_TTY);

@@ -342,10 +342,10 @@ TEST(SeccompTest, ConditionalRowsAreTheTestedOnes) {
   for (const auto& entry : seccomp_policy()) {
     if (is_conditional(entry)) conditional.insert(entry.syscall);
   }
-  EXPECT_EQ(conditional,
-            (std::multiset<std::string>{"clone", "ioctl", "ioctl", "personality", "chmod", "fchmod",
-                                        "fchmodat", "fchmodat2", "open", "openat", "creat", "mkdir",
-                                        "mkdirat", "mknod", "mknodat"}));
+  EXPECT_EQ(conditional, (std::multiset<std::string>{"clone", "ioctl", "ioctl", "ioctl", "ioctl",
+                                                     "personality", "chmod", "fchmod", "fchmodat",
+                                                     "fchmodat2", "open", "openat", "creat",
+                                                     "mkdir", "mkdirat", "mknod", "mknodat"}));
 }
 
 // The mode's argument index in each call that takes one; paths and fds are invalid, so a call
@@ -480,7 +480,7 @@ TEST(SeccompTest, ForkThreadsAndSpawnStillWork) {
 
 // fd -1: without the filter the request reaches no terminal and fails with EBADF.
 TEST(SeccompTest, TerminalInjectionIoctlsAreDeniedWhateverTheHighBits) {
-  for (const long request : {TIOCSTI, TIOCLINUX}) {
+  for (const long request : {TIOCSTI, TIOCLINUX, TIOCSETD, TIOCEXCL}) {
     for (const uint64_t high : {uint64_t{0}, uint64_t{1} << 32, uint64_t{0xffffffff00000000}}) {
       const long value = static_cast<long>(high | static_cast<uint64_t>(request));
       SCOPED_TRACE(value);
@@ -488,7 +488,7 @@ TEST(SeccompTest, TerminalInjectionIoctlsAreDeniedWhateverTheHighBits) {
     }
   }
   // Neighbouring requests still reach the kernel.
-  for (const long request : {TCGETS, FIONREAD, TIOCSTI + 1, TIOCLINUX + 1}) {
+  for (const long request : {TCGETS, FIONREAD, TIOCSTI + 1, TIOCLINUX + 1, TIOCGETD, TIOCNXCL}) {
     SCOPED_TRACE(request);
     EXPECT_EQ(run_child([&] { return raw(__NR_ioctl, -1, request, 0); }), exited(EBADF));
   }
