@@ -465,9 +465,9 @@ std::vector<std::string> CgroupManager::remove_stale_sessions() {
 std::shared_ptr<CallerCgroup> CgroupManager::caller_cgroup(uid_t caller,
                                                            const CallerLimits& limits) {
   if (auto it = callers_.find(caller); it != callers_.end()) {
-    if (auto live = it->second.lock()) return live;
+    it->second.idle_since.reset();
+    return it->second.cgroup;
   }
-  std::erase_if(callers_, [](const auto& entry) { return entry.second.expired(); });
   std::vector<SessionCgroup::Dir> dirs;
   for (const auto& p : parents_) {
     SessionCgroup::Dir d = p;
@@ -482,8 +482,27 @@ std::shared_ptr<CallerCgroup> CgroupManager::caller_cgroup(uid_t caller,
     write_limits(d, limits.memory_max_bytes, limits.pids_max, limits.cpu_max_percent);
     version_of(d).prepare_caller(d);
   }
-  callers_[caller] = cgroup;
+  callers_[caller] = {cgroup, std::nullopt};
   return cgroup;
+}
+
+bool CgroupManager::remove_idle_callers(std::chrono::steady_clock::time_point now,
+                                        std::chrono::steady_clock::duration linger) noexcept {
+  for (auto it = callers_.begin(); it != callers_.end();) {
+    KeptCaller& kept = it->second;
+    if (kept.cgroup.use_count() > 1) {
+      kept.idle_since.reset();
+      ++it;
+      continue;
+    }
+    if (!kept.idle_since) kept.idle_since = now;
+    if (now - *kept.idle_since >= linger) {
+      it = callers_.erase(it);  // the destructor removes the directories, or logs why not
+    } else {
+      ++it;
+    }
+  }
+  return !callers_.empty();
 }
 
 std::unique_ptr<SessionCgroup> CgroupManager::create_session(const std::string& session_id,

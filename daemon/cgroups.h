@@ -127,7 +127,8 @@ class SessionCgroup {
 
   // rmdir every directory. Returns false while a directory still has processes (EBUSY) or on
   // another error (logged). Already-removed directories count as removed. Once all are gone,
-  // lets go of the caller cgroup, which goes with the caller's last session.
+  // lets go of the caller cgroup, which lingers after the caller's last session
+  // (CgroupManager::remove_idle_callers).
   bool remove() noexcept;
 
   // One line naming the directories, for logs.
@@ -238,13 +239,24 @@ class CgroupManager {
   std::vector<std::string> remove_stale_sessions();
 
   // Creates the session's directories in the caller's cgroup and writes its limits. The
-  // caller's cgroup is made (with `caller_limits`) when the caller has no live session cgroup,
-  // else shared. Throws pando::Error: ERROR_INTERNAL for a bad session id,
+  // caller's cgroup is made (with `caller_limits`) when the caller has none (no session and
+  // none lingering), else shared. Throws pando::Error: ERROR_INTERNAL for a bad session id,
   // ERROR_CGROUP_UNAVAILABLE (path + errno) for any failed step and in kNone mode; partially
   // created directories are removed before throwing.
   std::unique_ptr<SessionCgroup> create_session(const std::string& session_id, uid_t caller,
                                                 const SessionLimits& limits,
                                                 const CallerLimits& caller_limits);
+
+  // How long a caller's cgroup outlives its last session, holding no process: a caller that
+  // launches again within it reuses the cgroup instead of paying a mkdir, the limit writes and
+  // an rmdir in every hierarchy on each launch (back-to-back launches, bursts).
+  static constexpr std::chrono::seconds kCallerLinger{1};
+
+  // Removes each caller cgroup that no session has held for `linger` (counted from the first
+  // call that found it idle; zero at shutdown removes every idle one). Returns whether caller
+  // cgroups are left, live or lingering: whether to call again later.
+  bool remove_idle_callers(std::chrono::steady_clock::time_point now,
+                           std::chrono::steady_clock::duration linger) noexcept;
 
   // Field by field; an unset one is no limit. The defaults are config.cc's alone to fill in.
   static SessionLimits limits_from_config(const pando::helper::config::v1::ResourceLimits& limits);
@@ -272,9 +284,14 @@ class CgroupManager {
   CgroupMode mode_ = CgroupMode::kNone;
   std::string detail_;
   std::vector<SessionCgroup::Dir> parents_;  // where caller dirs go, with their controllers
-  // Caller cgroups while a session cgroup holds them. Only the daemon's one thread makes and
-  // drops them, so a caller's cgroup is never removed while its next session is being made.
-  std::map<uid_t, std::weak_ptr<CallerCgroup>> callers_;
+  // Caller cgroups, with sessions or lingering (remove_idle_callers). Only the daemon's one
+  // thread makes and drops them, so a caller's cgroup is never removed while its next session
+  // is being made.
+  struct KeptCaller {
+    std::shared_ptr<CallerCgroup> cgroup;
+    std::optional<std::chrono::steady_clock::time_point> idle_since;  // no session holds it
+  };
+  std::map<uid_t, KeptCaller> callers_;
 };
 
 // Pure helpers, exposed for unit tests.

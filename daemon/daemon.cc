@@ -92,6 +92,7 @@ Daemon::Daemon(DaemonConfig config, DaemonOptions options)
       shutdown_timer_(io_),
       idle_timer_(io_),
       cgroup_retry_timer_(io_),
+      caller_sweep_timer_(io_),
       prestart_timer_(io_),
       prestart_later_timer_(io_) {}
 
@@ -382,9 +383,23 @@ std::unique_ptr<SessionCgroup> Daemon::create_session_cgroup(const std::string& 
     log::warn("session_without_limits", {{"session", session_id}, {"detail", cgroups_->detail()}});
     return nullptr;
   }
-  return cgroups_->create_session(
+  auto cgroup = cgroups_->create_session(
       session_id, caller, CgroupManager::limits_from_config(role.limits()),
       CgroupManager::caller_limits_from_config(config_.caller_limits()));
+  arm_caller_sweep();
+  return cgroup;
+}
+
+void Daemon::arm_caller_sweep() {
+  if (shutting_down_ || caller_sweep_timer_.expiry() > std::chrono::steady_clock::now()) return;
+  caller_sweep_timer_.expires_after(CgroupManager::kCallerLinger);
+  caller_sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
+    if (cgroups_->remove_idle_callers(std::chrono::steady_clock::now(),
+                                      CgroupManager::kCallerLinger)) {
+      arm_caller_sweep();
+    }
+  });
 }
 
 StartedSandbox Daemon::take_sandbox() { return pool_->take(); }
@@ -500,6 +515,7 @@ void Daemon::begin_shutdown() {
     owns_socket_file_ = false;
   }
   idle_timer_.cancel();
+  caller_sweep_timer_.cancel();
   prestart_timer_.cancel();
   prestart_later_timer_.cancel();
   if (pool_) pool_->clear();
@@ -518,6 +534,7 @@ void Daemon::begin_shutdown() {
 void Daemon::finish_if_drained() {
   if (!sessions_.empty()) return;
   retry_deferred_cgroups();
+  if (has_cgroups()) cgroups_->remove_idle_callers(std::chrono::steady_clock::now(), {});
   shutdown_timer_.cancel();
   cgroup_retry_timer_.cancel();
   io_.stop();

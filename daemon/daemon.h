@@ -98,6 +98,7 @@ class Daemon {
   void begin_shutdown();
   void finish_if_drained();
   void arm_idle_timer();
+  void arm_caller_sweep();
   void retry_deferred_cgroups();
   void arm_prestart_timer();
   void off_loop_finished(uint64_t id);
@@ -111,6 +112,7 @@ class Daemon {
   boost::asio::steady_timer shutdown_timer_;
   boost::asio::steady_timer idle_timer_;
   boost::asio::steady_timer cgroup_retry_timer_;
+  boost::asio::steady_timer caller_sweep_timer_;  // CgroupManager::kCallerLinger
   std::string socket_path_;
   bool socket_activated_ = false;
   bool owns_socket_file_ = false;

@@ -514,6 +514,7 @@ TEST_F(CgroupsTest, SessionLimitsProcessesAndTeardown) {
   }
   EXPECT_TRUE(s->remove());
   for (const auto& d : dirs) EXPECT_FALSE(is_dir(d)) << d;
+  EXPECT_FALSE(mgr.remove_idle_callers(std::chrono::steady_clock::now(), {}));
   for (const auto& p : mgr.session_parent_dirs()) EXPECT_FALSE(is_dir(p + "/caller-4242")) << p;
   int status = child.wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
@@ -546,6 +547,7 @@ TEST_F(CgroupsTest, DestructorKillsAndRemoves) {
   child.release();
   s.reset();
   for (const auto& d : dirs) EXPECT_FALSE(is_dir(d)) << d;
+  EXPECT_FALSE(mgr.remove_idle_callers(std::chrono::steady_clock::now(), {}));
   for (const auto& p : mgr.session_parent_dirs()) EXPECT_FALSE(is_dir(p + "/caller-4242")) << p;
   int status = child.wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
@@ -699,7 +701,7 @@ TEST_F(CgroupsTest, RemovesStaleSessions) {
 }
 
 // The caller cgroup comes with a caller's first session, carries the caller limits, holds
-// every session of that caller, and goes with the last of them.
+// every session of that caller, and goes kCallerLinger after the last of them.
 TEST_F(CgroupsTest, CallerCgroupHoldsItsSessionsWithTheCallerLimits) {
   REQUIRE_LIMITS(mgr);
   const SessionLimits session{64 << 20, 0, 32, 50};
@@ -745,15 +747,34 @@ TEST_F(CgroupsTest, CallerCgroupHoldsItsSessionsWithTheCallerLimits) {
   EXPECT_EQ(three->dirs()[0], parents[0] + "/caller-4242/session-three");
   EXPECT_TRUE(two->remove());
   EXPECT_TRUE(three->remove());
-  for (const auto& d : caller_dirs) EXPECT_FALSE(is_dir(d)) << d << " outlived its sessions";
+  // Idle, it lingers: the first sweep only notes when it became idle, and a session made
+  // meanwhile takes it as it is.
+  using std::chrono::steady_clock;
+  const auto linger = CgroupManager::kCallerLinger;
+  const steady_clock::time_point start = steady_clock::now();
+  EXPECT_TRUE(mgr.remove_idle_callers(start, linger));
+  for (const auto& d : caller_dirs) EXPECT_TRUE(is_dir(d)) << d << " did not linger";
+  auto four = mgr.create_session("four", kCaller, session, caller);
+  EXPECT_EQ(four->dirs()[0], parents[0] + "/caller-4242/session-four");
+  EXPECT_TRUE(four->remove());
+  // Taken meanwhile, its idle time starts anew.
+  EXPECT_TRUE(mgr.remove_idle_callers(start + linger, linger));
+  for (const auto& d : caller_dirs) EXPECT_TRUE(is_dir(d)) << d << " went while just used";
+  EXPECT_TRUE(mgr.remove_idle_callers(start + linger + linger / 2, linger));
+  for (const auto& d : caller_dirs) EXPECT_TRUE(is_dir(d)) << d << " went before its linger";
+  EXPECT_TRUE(mgr.remove_idle_callers(start + 2 * linger, linger));
+  for (const auto& d : caller_dirs) EXPECT_FALSE(is_dir(d)) << d << " outlived its linger";
+  // A caller with a live session keeps its cgroup, whatever the time.
   for (const auto& p : parents) EXPECT_TRUE(is_dir(p + "/caller-4243")) << p;
   other.reset();
+  EXPECT_FALSE(mgr.remove_idle_callers(start + 10 * linger, {}));
   for (const auto& p : parents) EXPECT_FALSE(is_dir(p + "/caller-4243")) << p;
   // A caller whose cgroup went gets a new one with its next session.
   auto again = mgr.create_session("again", kCaller, session, caller);
   for (const auto& d : caller_dirs) EXPECT_TRUE(is_dir(d)) << d;
   EXPECT_EQ(CgroupReader(caller_dirs).pids_max(), 40u);
   EXPECT_TRUE(again->remove());
+  EXPECT_FALSE(mgr.remove_idle_callers(steady_clock::now(), {}));
   for (const auto& d : caller_dirs) EXPECT_FALSE(is_dir(d)) << d;
 }
 
