@@ -41,7 +41,8 @@ constexpr auto kPrestartDelay = std::chrono::seconds(1);
 // The socket's directory must be root's alone, or a local user could swap the
 // socket for one of their own.
 void ensure_socket_dir(const std::string& dir) {
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw_errno("mkdir " + dir, v1::ERROR_INTERNAL);
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    throw_errno("mkdir " + dir, v1::ERROR_INTERNAL);
   struct stat st {};
   if (lstat(dir.c_str(), &st) != 0) throw_errno("stat " + dir, v1::ERROR_INTERNAL);
   if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
@@ -112,7 +113,8 @@ void Daemon::open_launcher() {
   if (fstat(launcher_.get(), &st) != 0) throw_errno("stat " + path, v1::ERROR_INTERNAL);
   if (!S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
     throw Error(v1::ERROR_CONFIG_INVALID,
-                "sandbox helper " + path + " must be a regular file owned by root and writable only by root");
+                "sandbox helper " + path +
+                    " must be a regular file owned by root and writable only by root");
   }
 }
 
@@ -291,7 +293,8 @@ void Daemon::accept_next() {
 
 std::string Daemon::new_session_id() {
   uint8_t bytes[8];
-  if (getrandom(bytes, sizeof(bytes), 0) != sizeof(bytes)) throw_errno("getrandom", v1::ERROR_INTERNAL);
+  if (getrandom(bytes, sizeof(bytes), 0) != sizeof(bytes))
+    throw_errno("getrandom", v1::ERROR_INTERNAL);
   std::string id;
   for (uint8_t b : bytes) id += fmt::format("{:02x}", b);
   return id;
@@ -383,9 +386,9 @@ std::unique_ptr<SessionCgroup> Daemon::create_session_cgroup(const std::string& 
     log::warn("session_without_limits", {{"session", session_id}, {"detail", cgroups_->detail()}});
     return nullptr;
   }
-  auto cgroup = cgroups_->create_session(
-      session_id, caller, CgroupManager::limits_from_config(role.limits()),
-      CgroupManager::caller_limits_from_config(config_.caller_limits()));
+  auto cgroup =
+      cgroups_->create_session(session_id, caller, CgroupManager::limits_from_config(role.limits()),
+                               CgroupManager::caller_limits_from_config(config_.caller_limits()));
   arm_caller_sweep();
   return cgroup;
 }

@@ -95,8 +95,8 @@ ReceivedPlan receive_plan() {
     throw pando::Error(v1::ERROR_LAUNCH_FAILED, "the daemon sent no valid plan");
   }
   const SandboxPlan& plan = received.plan;
-  const size_t expected = 5 + (plan.has_auth_home() ? 1 : 0) + plan.runtime_paths_size() +
-                          plan.cgroup_tasks_files();
+  const size_t expected =
+      5 + (plan.has_auth_home() ? 1 : 0) + plan.runtime_paths_size() + plan.cgroup_tasks_files();
   if (fds.size() != expected) {
     throw pando::Error(v1::ERROR_LAUNCH_FAILED, "the daemon sent " + std::to_string(fds.size()) +
                                                     " fds, not " + std::to_string(expected));
