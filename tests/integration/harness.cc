@@ -470,20 +470,25 @@ bool RunningClient::write_all(const std::string& data) {
   return true;
 }
 
-bool RunningClient::read_until(const std::string& needle, std::chrono::milliseconds timeout) {
+bool read_fd_until(int fd, std::string& seen, const std::string& needle,
+                   std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (out_.find(needle) == std::string::npos) {
+  while (seen.find(needle) == std::string::npos) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
-    pollfd pfd{stdout_.get(), POLLIN, 0};
+    pollfd pfd{fd, POLLIN, 0};
     if (poll(&pfd, 1, static_cast<int>(left.count())) <= 0) continue;
     char buffer[4096];
-    const ssize_t n = read(stdout_.get(), buffer, sizeof(buffer));
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
     if (n <= 0) return false;
-    out_.append(buffer, static_cast<size_t>(n));
+    seen.append(buffer, static_cast<size_t>(n));
   }
   return true;
+}
+
+bool RunningClient::read_until(const std::string& needle, std::chrono::milliseconds timeout) {
+  return read_fd_until(stdout_.get(), out_, needle, timeout);
 }
 
 int RunningClient::wait(std::chrono::milliseconds timeout) {

@@ -153,6 +153,11 @@ RunResult run_as(const TestUser& user, const std::vector<std::string>& argv,
 RunResult launch(const Daemon& daemon, const TestUser& user, const std::string& role,
                  const std::string& project, RunOptions options = {});
 
+// Reads `fd` into `seen` until `needle` appears in it (true) or the timeout passes or the fd
+// ends (false).
+bool read_fd_until(int fd, std::string& seen, const std::string& needle,
+                   std::chrono::milliseconds timeout);
+
 // A client process started and left running, with pipes to its stdio.
 class RunningClient {
  public:

@@ -53,19 +53,7 @@ struct Pty {
 
   // Reads what the terminal showed until `needle` appears or the timeout passes.
   bool read_until(const std::string& needle, std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (shown.find(needle) == std::string::npos) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return false;
-      pollfd pfd{master.get(), POLLIN, 0};
-      if (poll(&pfd, 1, static_cast<int>(left.count())) <= 0) continue;
-      char buffer[4096];
-      const ssize_t n = read(master.get(), buffer, sizeof(buffer));
-      if (n <= 0) return false;
-      shown.append(buffer, static_cast<size_t>(n));
-    }
-    return true;
+    return read_fd_until(master.get(), shown, needle, timeout);
   }
 
   UniqueFd master;
