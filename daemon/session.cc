@@ -436,7 +436,7 @@ void Session::maybe_finish() {
 }
 
 // Init reported the role's exit and exits right after it; its exit (the
-// mount namespace's teardown: about a millisecond here) need not delay the
+// mount namespace's teardown: 0.1-0.6 ms measured here) need not delay the
 // client when no other process of the session is left to act. Any other
 // process (a daemonized child) means waiting for the reap, when init's exit
 // has killed it. Without a session cgroup there is no list to go by.
