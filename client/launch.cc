@@ -1,12 +1,14 @@
 #include "client/launch.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <termios.h>
 #include <unistd.h>
@@ -70,7 +72,8 @@ v1::Signal wire_signal(int signo) {
 }
 
 // What direct stdio may hand to the role, as the daemon checks it
-// (daemon/launch_pipeline.cc): a pipe, a terminal that is not a
+// (daemon/launch_pipeline.cc): an anonymous pipe (a named FIFO is a file the
+// daemon refuses, so it goes in frames), a terminal that is not a
 // pseudo-terminal master, or /dev/null.
 enum class StdioKind { kPipe, kTerminal, kNull, kOther };
 
@@ -80,7 +83,11 @@ constexpr unsigned int kBsdPtyMasterMajor = 2;
 StdioKind stdio_kind(int fd) {
   struct stat st {};
   if (fstat(fd, &st) != 0) return StdioKind::kOther;
-  if (S_ISFIFO(st.st_mode)) return StdioKind::kPipe;
+  if (S_ISFIFO(st.st_mode)) {
+    struct statfs fs {};
+    return fstatfs(fd, &fs) == 0 && fs.f_type == PIPEFS_MAGIC ? StdioKind::kPipe
+                                                              : StdioKind::kOther;
+  }
   if (!S_ISCHR(st.st_mode)) return StdioKind::kOther;
   if (st.st_rdev == makedev(1, 3)) return StdioKind::kNull;
   termios modes{};

@@ -307,6 +307,19 @@ TEST_F(TerminalStdioTest, DevNullAsStdinIsDirect) {
   EXPECT_TRUE(nothing_of_the_session_left());
 }
 
+// A named FIFO is a file the daemon refuses to hand over (ERROR_BAD_STDIO_FDS): the client
+// relays it in frames instead of offering it.
+TEST_F(TerminalStdioTest, ANamedFifoAsStdinIsRelayed) {
+  start(stdin_kind_role());
+  const std::string fifo = daemon_->dir().path() + "/stdin-fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  UniqueFd named(open(fifo.c_str(), O_RDWR | O_CLOEXEC));
+  ASSERT_TRUE(named.valid());
+  const std::string got = role_output(*daemon_, project_, named.get());
+  EXPECT_EQ(got, "stdin-fifo:0:0-42\n") << daemon_->log();
+  EXPECT_TRUE(nothing_of_the_session_left());
+}
+
 TEST_F(TerminalStdioTest, ABackgroundJobKeepsTheTerminalToItself) {
   start(stdin_kind_role());
   Pty pty;
