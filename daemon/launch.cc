@@ -147,6 +147,7 @@ void LauncherTemplate::start() {
     errno = clone_errno;
     fail("clone");
   }
+  pid_ = pid;
   pidfd_.reset(pidfd);
   control_ = std::move(control);
   const timeval timeout{kTemplateReplyMillis / 1000, 0};
@@ -159,36 +160,61 @@ void LauncherTemplate::start() {
 // normally, and a sanitizer build's exit-time work (LeakSanitizer starts a
 // tracer task) could then be cut short by the kill and leave that task behind.
 void LauncherTemplate::stop() noexcept {
+  // Answers already sent stay readable after the template is gone.
+  while (!requested_.empty() && control_.valid()) {
+    StartedSandbox answered;
+    try {
+      if (receive_answer(MSG_DONTWAIT, answered) != Answer::kLauncher) break;
+    } catch (const std::exception&) {
+      continue;  // that request failed; later answers may still be there
+    }
+    kill_and_reap(answered.pidfd.get());
+  }
+  requested_.clear();
+  pid_ = -1;
   if (pidfd_.valid()) kill_and_reap(pidfd_.get());
   pidfd_.reset();
   control_.reset();
 }
 
-std::optional<StartedSandbox> LauncherTemplate::ask() {
+void LauncherTemplate::restart(std::string_view reason) {
+  log::warn("launcher_template_restarted", {{"reason", reason}});
+  stop();
+  start();
+}
+
+bool LauncherTemplate::send_request() {
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) fail("socketpair");
-  StartedSandbox started;
-  started.control.reset(pair[0]);
+  Request request{UniqueFd(pair[0]), std::chrono::steady_clock::now()};
   UniqueFd launcher_control(pair[1]);
-
-  const char request = 'L';
+  const char asking = 'L';
   const int attached[] = {launcher_control.get()};
-  if (send_with_fds(control_.get(), &request, sizeof(request), attached) != 1) {
-    if (errno == EPIPE || errno == ECONNRESET) return std::nullopt;
+  if (send_with_fds(control_.get(), &asking, sizeof(asking), attached) != 1) {
+    if (errno == EPIPE || errno == ECONNRESET) return false;
     fail("asking the launcher template");
   }
-  launcher_control.reset();
+  requested_.push_back(std::move(request));
+  return true;
+}
+
+LauncherTemplate::Answer LauncherTemplate::receive_answer(int flags, StartedSandbox& out) {
   std::int32_t answer = 0;
   std::vector<UniqueFd> fds;
   bool truncated = false;
-  const ssize_t n = receive_with_fds(control_.get(), &answer, sizeof(answer), 1, 0, fds, truncated);
-  if (n == 0 || (n < 0 && errno == ECONNRESET)) return std::nullopt;
+  const ssize_t n =
+      receive_with_fds(control_.get(), &answer, sizeof(answer), 1, flags, fds, truncated);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-    // A late answer must not be taken for the next request's.
+    if ((flags & MSG_DONTWAIT) != 0) return Answer::kNotYet;
+    // The wait timed out: a late answer must not be taken for the next
+    // request's.
     stop();
     errno = ETIMEDOUT;
   }
+  if (n == 0 || (n < 0 && errno == ECONNRESET)) return Answer::kTemplateGone;
   if (n < 0) fail("waiting for the launcher template");
+  Request request = std::move(requested_.front());
+  requested_.pop_front();
   if (n == sizeof(answer) && !truncated && answer < 0 && fds.empty()) {
     errno = -answer;
     fail("the launcher template's clone()");
@@ -199,22 +225,74 @@ std::optional<StartedSandbox> LauncherTemplate::ask() {
     errno = EPROTO;
     fail("the launcher template's answer");
   }
-  started.pid = static_cast<pid_t>(answer);
-  started.pidfd = std::move(fds[0]);
-  started.started_at = std::chrono::steady_clock::now();
-  return started;
+  out.pid = static_cast<pid_t>(answer);
+  out.pidfd = std::move(fds[0]);
+  out.control = std::move(request.control);
+  out.started_at = request.at;
+  return Answer::kLauncher;
 }
 
-StartedSandbox LauncherTemplate::start_sandbox() {
-  if (control_.valid()) {
-    if (auto started = ask()) return std::move(*started);
+void LauncherTemplate::request_sandbox() {
+  if (control_.valid() && send_request()) return;
+  restart(control_.valid() ? "it exited" : "it was stopped");
+  if (!send_request()) {
+    errno = ECHILD;
+    fail("the launcher template exited");
   }
-  // Gone (killed, or a failed restart): once more with a fresh template.
-  log::warn("launcher_template_restarted",
-            {{"reason", std::string_view(control_.valid() ? "it exited" : "it was stopped")}});
-  stop();
-  start();
-  if (auto started = ask()) return std::move(*started);
+}
+
+std::optional<StartedSandbox> LauncherTemplate::take_answered() {
+  if (requested_.empty() || !control_.valid()) return std::nullopt;
+  StartedSandbox answered;
+  switch (receive_answer(MSG_DONTWAIT, answered)) {
+    case Answer::kLauncher:
+      return answered;
+    case Answer::kTemplateGone:
+      stop();  // the next request starts a fresh one
+      return std::nullopt;
+    case Answer::kNotYet:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// The template prepares launchers ahead of requests at SCHED_IDLE
+// (daemon/sandbox/main.cc), so that it never takes a CPU from a launch under
+// way; a launch that waits for it must not wait behind every other task.
+class LauncherTemplate::Hurry {
+ public:
+  explicit Hurry(LauncherTemplate& launchers) : launchers_(launchers) {
+    const sched_param param{};
+    if (sched_getscheduler(launchers.pid_) == SCHED_IDLE &&
+        sched_setscheduler(launchers.pid_, SCHED_OTHER, &param) == 0) {
+      hurried_ = launchers.pid_;
+    }
+  }
+  ~Hurry() {
+    const sched_param param{};
+    if (hurried_ > 0 && launchers_.pid_ == hurried_) {
+      (void)sched_setscheduler(hurried_, SCHED_IDLE, &param);
+    }
+  }
+  Hurry(const Hurry&) = delete;
+  Hurry& operator=(const Hurry&) = delete;
+
+ private:
+  LauncherTemplate& launchers_;
+  pid_t hurried_ = -1;
+};
+
+StartedSandbox LauncherTemplate::start_sandbox() {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt > 0 || !control_.valid()) {
+      // Gone (killed, or a failed restart): once more with a fresh template.
+      restart(control_.valid() ? "it exited" : "it was stopped");
+    }
+    if (requested_.empty() && !send_request()) continue;
+    const Hurry hurry(*this);
+    StartedSandbox started;
+    if (receive_answer(0, started) == Answer::kLauncher) return started;
+  }
   errno = ECHILD;
   fail("the launcher template exited");
 }

@@ -3,8 +3,10 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <deque>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/unique_fd.h"
@@ -32,6 +34,11 @@ struct StartedSandbox {
 // opened at daemon start), which forks every session's launcher on request:
 // a launcher costs a clone(), not an exec, and inherits the seccomp program
 // compiled once (see daemon/sandbox/main.cc). One thread at a time.
+//
+// Asking and taking the answer are separate steps: the template's clone()
+// (new network and mount namespaces: about half a millisecond) runs while the
+// daemon goes on serving, instead of the event loop waiting for it. The
+// template answers in the order it was asked.
 class LauncherTemplate {
  public:
   // Compiles the seccomp program for all launchers and starts the template.
@@ -42,21 +49,49 @@ class LauncherTemplate {
   LauncherTemplate(const LauncherTemplate&) = delete;
   LauncherTemplate& operator=(const LauncherTemplate&) = delete;
 
-  // A new launcher. A template that died is restarted once. Throws
-  // pando::Error (ERROR_LAUNCH_FAILED).
+  // Asks for one more launcher without waiting for it. A template that died
+  // is restarted once. Throws pando::Error (ERROR_LAUNCH_FAILED).
+  void request_sandbox();
+  // Launchers asked for whose answers have not been taken yet.
+  size_t requested() const { return requested_.size(); }
+  // The launcher of the oldest request if the template has answered it
+  // already, without waiting. Throws pando::Error when the answer is a
+  // failure.
+  std::optional<StartedSandbox> take_answered();
+  // The launcher of the oldest request, or of one made now when none is
+  // pending, waiting for the answer. A template that died is restarted once.
+  // Throws pando::Error (ERROR_LAUNCH_FAILED).
   StartedSandbox start_sandbox();
 
  private:
+  struct Request {
+    UniqueFd control;  // the daemon's end of the launcher's control socket
+    std::chrono::steady_clock::time_point at;
+  };
+  enum class Answer { kLauncher, kNotYet, kTemplateGone };
+
+  // Lifts the template out of SCHED_IDLE while the daemon waits on it; puts
+  // it back when the wait ends (unless the template was stopped meanwhile).
+  class Hurry;
+
   void start();
+  // Kills the template. Launchers it has answered for are killed and reaped
+  // too; nobody could take them any more.
   void stop() noexcept;
-  // The launcher's pid and pidfd, or nullopt when the template is gone.
-  std::optional<StartedSandbox> ask();
+  void restart(std::string_view reason);
+  // False when the template is gone.
+  bool send_request();
+  // Reads the answer to the oldest request (`flags`: 0 to wait for it, or
+  // MSG_DONTWAIT).
+  Answer receive_answer(int flags, StartedSandbox& out);
 
   int launcher_fd_;
   UniqueFd devnull_;          // the template's fds 0-2, and so every launcher's
   UniqueFd seccomp_program_;  // sealed memfd, the template's fd 4
+  pid_t pid_ = -1;            // valid while pidfd_ is: the template is reaped in stop() only
   UniqueFd pidfd_;
   UniqueFd control_;
+  std::deque<Request> requested_;
 };
 
 // SIGKILL through the pidfd, then reap (the process must be our child).

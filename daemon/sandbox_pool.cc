@@ -23,6 +23,15 @@ void discard(StartedSandbox& sandbox) {
   }
 }
 
+// A launcher still preparing runs at SCHED_IDLE; a client waits on it now.
+// Best effort: without CAP_SYS_NICE this fails, and the launcher then never
+// left the normal policy (daemon/sandbox/main.cc).
+StartedSandbox& hurry(StartedSandbox& sandbox) {
+  sched_param param{};
+  (void)sched_setscheduler(sandbox.pid, SCHED_OTHER, &param);
+  return sandbox;
+}
+
 }  // namespace
 
 SandboxPool::SandboxPool(LauncherTemplate& launchers, unsigned size)
@@ -31,34 +40,42 @@ SandboxPool::SandboxPool(LauncherTemplate& launchers, unsigned size)
 SandboxPool::~SandboxPool() { clear(); }
 
 StartedSandbox SandboxPool::take() {
+  collect();
   while (!waiting_.empty()) {
     StartedSandbox sandbox = std::move(waiting_.front());
     waiting_.pop_front();
-    if (!has_exited(sandbox)) {
-      // A launcher still preparing runs at SCHED_IDLE; a client waits on it
-      // now. Best effort: without CAP_SYS_NICE this fails, and the launcher
-      // then never left the normal policy (daemon/sandbox/main.cc).
-      sched_param param{};
-      (void)sched_setscheduler(sandbox.pid, SCHED_OTHER, &param);
-      return sandbox;
-    }
+    if (!has_exited(sandbox)) return std::move(hurry(sandbox));
     // It failed on its own (its setup error waits unread on the control
     // socket); a fresh one will report the same error if it persists.
     log::warn("prestarted_sandbox_exited", {{"pid", static_cast<int64_t>(sandbox.pid)}});
     discard(sandbox);
   }
-  return launchers_.start_sandbox();
+  StartedSandbox sandbox = launchers_.start_sandbox();
+  return std::move(hurry(sandbox));
+}
+
+void SandboxPool::collect() noexcept {
+  for (;;) {
+    try {
+      std::optional<StartedSandbox> answered = launchers_.take_answered();
+      if (!answered) return;
+      waiting_.push_back(std::move(*answered));
+    } catch (const std::exception& e) {
+      log::error("prestart_failed", {{"error", std::string(e.what())}});
+    }
+  }
 }
 
 void SandboxPool::refill() noexcept {
+  collect();
   const auto now = std::chrono::steady_clock::now();
   while (!waiting_.empty() && now - waiting_.front().started_at > kMaxIdleAge) {
     discard(waiting_.front());
     waiting_.pop_front();
   }
-  while (waiting_.size() < size_) {
+  while (waiting_.size() + launchers_.requested() < size_) {
     try {
-      waiting_.push_back(launchers_.start_sandbox());
+      launchers_.request_sandbox();
     } catch (const std::exception& e) {
       log::error("prestart_failed", {{"error", std::string(e.what())}});
       return;
@@ -67,6 +84,7 @@ void SandboxPool::refill() noexcept {
 }
 
 void SandboxPool::clear() noexcept {
+  collect();
   for (StartedSandbox& sandbox : waiting_) discard(sandbox);
   waiting_.clear();
 }

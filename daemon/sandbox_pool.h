@@ -27,22 +27,25 @@ class SandboxPool {
   SandboxPool(const SandboxPool&) = delete;
   SandboxPool& operator=(const SandboxPool&) = delete;
 
-  // The oldest waiting launcher that is still alive, else one started now.
+  // The oldest launcher asked for that is still alive, else one started now.
   // Throws pando::Error (ERROR_LAUNCH_FAILED) when starting one fails.
   StartedSandbox take();
 
-  // Starts launchers until `size` wait, replacing those older than
-  // kMaxIdleAge. Failures are logged, never thrown: a launch then starts its
-  // own launcher and reports the failure to its client.
+  // Asks for launchers until `size` are waiting or asked for, replacing
+  // those older than kMaxIdleAge; returns without waiting for the template's
+  // answers. Failures are logged, never thrown: a launch then starts its own
+  // launcher and reports the failure to its client.
   void refill() noexcept;
 
   // Kills and reaps every waiting launcher.
   void clear() noexcept;
 
   unsigned size() const { return size_; }
-  size_t waiting() const { return waiting_.size(); }
 
  private:
+  // Moves the launchers the template has answered for into waiting_.
+  void collect() noexcept;
+
   LauncherTemplate& launchers_;
   unsigned size_;
   std::deque<StartedSandbox> waiting_;

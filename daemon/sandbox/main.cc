@@ -167,8 +167,10 @@ bool has_effective_capability(cap_value_t capability) {
 }
 
 // Work done ahead of a request must not take CPU from requests being served:
-// SCHED_IDLE until the plan arrives (the daemon lifts it already when it
-// takes this launcher), then the normal policy, which the role inherits.
+// the template and the launchers it forks run at SCHED_IDLE (a launcher from
+// birth, so the daemon's lift when it takes one always comes later), a
+// launcher until its plan arrives, then at the normal policy, which the role
+// inherits. While a client waits on the template, the daemon lifts it too.
 void set_scheduling(int policy) {
   sched_param param{};
   if (sched_setscheduler(0, policy, &param) != 0) pando::throw_errno("sched_setscheduler");
@@ -247,6 +249,7 @@ Prepared prepare_for_launchers() {
   Prepared prepared;
   try {
     prepared.idle_while_waiting = has_effective_capability(CAP_SYS_NICE);
+    if (prepared.idle_while_waiting) set_scheduling(SCHED_IDLE);
     prepared.seccomp.emplace(sb::read_seccomp_program(sb::kSeccompProgramFd));
   } catch (const pando::Error& e) {
     prepared.seccomp_error_code = e.code();
@@ -265,7 +268,6 @@ Prepared prepare_for_launchers() {
   SandboxPlan plan;
   try {
     if (!prepared.seccomp) throw pando::Error(prepared.seccomp_error_code, prepared.seccomp_error);
-    if (prepared.idle_while_waiting) set_scheduling(SCHED_IDLE);
     sb::set_up_namespaces();
     sb::BaseView view = sb::build_base_view();
     ReceivedPlan received = receive_plan();

@@ -593,6 +593,11 @@ TEST_F(ConfinementTest, PrestartedLaunchersWorkWithoutCapSysNice) {
       10s))
       << describe(children_of(daemon_->pid()));
   EXPECT_EQ(sched_getscheduler(waiting), SCHED_OTHER);
+  for (pid_t pid : children_of(daemon_->pid())) {
+    if (is_launcher_template(pid)) {
+      EXPECT_EQ(sched_getscheduler(pid), SCHED_OTHER);
+    }
+  }
   const RunResult r = sh("chrt -p $$");
   EXPECT_EQ(r.exit_code, 0) << r.err << daemon_->log();
   EXPECT_NE(r.out.find("SCHED_OTHER"), std::string::npos) << r.out;
@@ -634,6 +639,48 @@ TEST_F(ConfinementTest, LauncherTemplateIsRestartedWhenItDies) {
   EXPECT_NE(templates()[0], first);
   EXPECT_TRUE(eventually([&] { return session_children_of(daemon_->pid()).empty(); }, 10s))
       << describe(children_of(daemon_->pid()));
+}
+
+// The daemon asks the template for prestarted launchers and goes on serving:
+// a template that does not answer (stopped here; slow on a busy machine) holds
+// up no request. Waiting for it used to block the event loop until the
+// template's answer timed out, and the template was then killed.
+TEST_F(ConfinementTest, ATemplateThatDoesNotAnswerHoldsUpNoRequest) {
+  DaemonOptions options;
+  options.extra_config = "prestarted_sandboxes: 1\n";
+  start_daemon(options);
+  pid_t template_pid = -1;
+  ASSERT_TRUE(eventually(
+      [&] {
+        template_pid = -1;
+        for (pid_t pid : children_of(daemon_->pid())) {
+          if (is_launcher_template(pid)) template_pid = pid;
+        }
+        return template_pid > 0 && waiting_launchers_of(daemon_->pid()).size() == 1;
+      },
+      10s))
+      << describe(children_of(daemon_->pid()));
+  // Launchers are prepared at SCHED_IDLE, the template's clone() included.
+  EXPECT_EQ(sched_getscheduler(template_pid), SCHED_IDLE);
+
+  ASSERT_EQ(kill(template_pid, SIGSTOP), 0);
+  // Takes the waiting launcher; the daemon then asks the stopped template for
+  // the next one.
+  const RunResult first = sh("echo one");
+  EXPECT_EQ(first.out, "one\n") << first.err << daemon_->log();
+  const RunResult status = run_as(
+      caller(), {daemon_->client(), "security", "status", "--socket", daemon_->socket_path()});
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  ASSERT_EQ(kill(template_pid, SIGCONT), 0);
+
+  ASSERT_TRUE(eventually([&] { return waiting_launchers_of(daemon_->pid()).size() == 1; }, 10s))
+      << describe(children_of(daemon_->pid()));
+  const RunResult second = sh("echo two");
+  EXPECT_EQ(second.out, "two\n") << second.err << daemon_->log();
+  EXPECT_EQ(daemon_->log().find("prestart_failed"), std::string::npos) << daemon_->log();
+  EXPECT_EQ(daemon_->log().find("launcher_template_restarted"), std::string::npos);
+  EXPECT_TRUE(is_launcher_template(template_pid)) << "the template was replaced";
+  EXPECT_EQ(sched_getscheduler(template_pid), SCHED_IDLE);
 }
 
 // Only the daemon starts pando-helper-sandbox (as its launcher template, with
