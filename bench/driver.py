@@ -703,9 +703,25 @@ def mode_report(args):
             f"bwrap {b['block_ns'] / 1e9:.2f} s", f"{h['block_ns'] / 1e9:.2f} s",
             f"{h['block_ns'] / b['block_ns']:.2f}x")
 
+    def pingpong_rows(results, where, judged):
+        """judged: the row counts for the target (all CPUs); pinned rows are for reading."""
+        if failed(results, "pingpong", f"round trip 64 B, {where}"):
+            return
+        P = results["pingpong"]
+        for mode in STDIO_MODES:
+            if mode not in P:
+                continue
+            pd, ph = P[mode]["direct"], P[mode]["helper"]
+            row(f"round trip 64 B, {mode}, {where}: p50", f"direct {pd['median_ns'] / 1e3:.1f} us",
+                f"{ph['median_ns'] / 1e3:.1f} us", f"{ph['median_ns'] / pd['median_ns']:.2f}x",
+                "<= 1.2x", ph["median_ns"] <= 1.2 * pd["median_ns"] if judged else None)
+            row("  p90", f"direct {pd['p90_ns'] / 1e3:.1f} us", f"{ph['p90_ns'] / 1e3:.1f} us",
+                f"{ph['p90_ns'] / pd['p90_ns']:.2f}x")
+
+    every_cpu = f"CPUs {','.join(map(str, p['cpus']))}"
     if "launch" in args.sections:
-        launch_rows(r, f"CPUs {','.join(map(str, p['cpus']))}")
-    if pinned is not None:
+        launch_rows(r, every_cpu)
+    if pinned is not None and "launch" in pinned:
         launch_rows(pinned, f"all on CPU {','.join(map(str, pinned['params']['cpus']))}")
     metric = f"{p['concurrent']} launches at once (wall)"
     if "concurrent" in r and not failed(r, "concurrent", metric):
@@ -721,17 +737,10 @@ def mode_report(args):
             td, th = T[mode]["direct"]["mib_per_s"], T[mode]["helper"]["mib_per_s"]
             row(f"throughput cat {p['mib']} MiB, {mode}", f"direct {td:.0f} MiB/s",
                 f"{th:.0f} MiB/s", f"{th / td:.2f}x", ">= 0.95x", th >= 0.95 * td)
-    if "pingpong" in r and not failed(r, "pingpong", "round trip 64 B"):
-        P = r["pingpong"]
-        for mode in STDIO_MODES:
-            if mode not in P:
-                continue
-            pd, ph = P[mode]["direct"], P[mode]["helper"]
-            row(f"round trip 64 B, {mode}: p50", f"direct {pd['median_ns'] / 1e3:.1f} us",
-                f"{ph['median_ns'] / 1e3:.1f} us", f"{ph['median_ns'] / pd['median_ns']:.2f}x",
-                "<= 1.2x", ph["median_ns"] <= 1.2 * pd["median_ns"])
-            row("  p90", f"direct {pd['p90_ns'] / 1e3:.1f} us", f"{ph['p90_ns'] / 1e3:.1f} us",
-                f"{ph['p90_ns'] / pd['p90_ns']:.2f}x")
+    if "pingpong" in args.sections:
+        pingpong_rows(r, every_cpu, judged=True)
+    if pinned is not None and "pingpong" in pinned:
+        pingpong_rows(pinned, f"CPU {','.join(map(str, pinned['params']['cpus']))}", judged=False)
     metric = f"{p['live']} live sessions"
     if "live" in r and not failed(r, "live", metric):
         V = r["live"]
