@@ -20,6 +20,7 @@ inline constexpr int kExitUnavailable = 69;  // the daemon is not reachable
 inline constexpr int kExitProtocol = 76;     // the connection broke or the daemon spoke nonsense
 inline constexpr int kExitRejected = 77;     // the daemon refused the request
 inline constexpr int kExitSoftware = 70;     // a local failure of the client
+inline constexpr int kExitQuit = 128 + 3;    // SIGQUIT (^\) ended the client and its session
 
 inline constexpr const char* kDefaultSocket = "/run/pando/helper.sock";
 

@@ -419,7 +419,17 @@ int Relay::run() {
     }
     if (fds[0].revents & POLLIN) {
       signalfd_siginfo info{};
-      if (read(signal_fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+      const bool received =
+          read(signal_fd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info));
+      if (received && info.ssi_signo == SIGQUIT) {
+        // ^\ quits the client as it would quit any foreground job, but through
+        // the return path, so that the terminal handed to the role is put back;
+        // the daemon ends a session whose client left.
+        log::info("quit", {});
+        std::cerr << "pando-helper: quit (SIGQUIT): the session is ended\n";
+        return kExitQuit;
+      }
+      if (received) {
         v1::SignalRequest request;
         request.set_signal(wire_signal(static_cast<int>(info.ssi_signo)));
         queue(v1::FRAME_SIGNAL, request);
@@ -448,6 +458,7 @@ UniqueFd forwarded_signals() {
   sigaddset(&forwarded, SIGINT);
   sigaddset(&forwarded, SIGTERM);
   sigaddset(&forwarded, SIGHUP);
+  sigaddset(&forwarded, SIGQUIT);  // not forwarded: it ends the client (see Relay::run)
   sigprocmask(SIG_BLOCK, &forwarded, nullptr);
   return UniqueFd(signalfd(-1, &forwarded, SFD_CLOEXEC | SFD_NONBLOCK));
 }

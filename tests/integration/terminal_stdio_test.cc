@@ -140,6 +140,8 @@ class Client {
     return exited && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
+  void signal(int signo) const { kill(pid_, signo); }
+
   std::string err;
 
  private:
@@ -267,6 +269,35 @@ TEST_F(TerminalStdioTest, WhatTheRoleChangesOnTheTerminalIsPutBackWhenTheSession
   ASSERT_EQ(ioctl(pty.slave.get(), TIOCGEXCL, &exclusive), 0);
   EXPECT_EQ(exclusive, 0);
   EXPECT_EQ(fcntl(pty.slave.get(), F_GETFL) & O_NONBLOCK, 0);
+  EXPECT_TRUE(nothing_of_the_session_left());
+}
+
+// ^\ (SIGQUIT) would quit the client by its default action, leaving the terminal as the role
+// set it: the client ends itself through its return path instead, so the modes are put
+// back, and the daemon ends the session of a client that left.
+TEST_F(TerminalStdioTest, QuittingTheClientPutsTheTerminalBack) {
+  start();
+  Pty pty;
+  termios before{};
+  ASSERT_EQ(tcgetattr(pty.slave.get(), &before), 0);
+  ASSERT_TRUE(before.c_lflag & ECHO);
+  Client client(*daemon_, project_, pty.slave.get(), pty.slave.get(), pty.slave.get());
+  ASSERT_TRUE(pty.write("stty raw -echo && sleep 60\n"));
+  ASSERT_TRUE(eventually(
+      [&] {
+        termios now{};
+        return tcgetattr(pty.slave.get(), &now) == 0 && (now.c_lflag & ECHO) == 0;
+      },
+      30s))
+      << daemon_->log();
+  client.signal(SIGQUIT);
+  EXPECT_EQ(client.wait(), 128 + SIGQUIT) << client.err;
+  EXPECT_NE(client.err.find("quit (SIGQUIT)"), std::string::npos) << client.err;
+  termios after{};
+  ASSERT_EQ(tcgetattr(pty.slave.get(), &after), 0);
+  EXPECT_EQ(after.c_lflag, before.c_lflag);
+  EXPECT_EQ(after.c_iflag, before.c_iflag);
+  EXPECT_EQ(after.c_oflag, before.c_oflag);
   EXPECT_TRUE(nothing_of_the_session_left());
 }
 
