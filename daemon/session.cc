@@ -159,16 +159,17 @@ void Session::handle_status_request(const std::string& root) {
     layer->set_available(available);
     layer->set_detail(detail);
   };
-  const RoleConfig& role = daemon_.config().workspace();
-  const std::optional<accounts::User> user = accounts::user_by_name(role.user());
-  const uid_t role_uid = user ? user->uid : 65534;
-  const gid_t role_gid = user ? user->gid : 65534;
   auto check = std::make_shared<ProjectIdmapCheck>();
   resolve_off_loop(
-      [check, peer = peer_, root, role_uid, role_gid] {
+      [check, peer = peer_, root, role_user = daemon_.config().workspace().user()] {
         // Not a failure of the request: what status says of this project.
         try {
           wire::check_project_root_string(root);
+          // Off the loop: an account that is not in /etc/passwd is asked of
+          // getent, which may take its whole timeout.
+          const std::optional<accounts::User> user = accounts::user_by_name(role_user);
+          const uid_t role_uid = user ? user->uid : 65534;
+          const gid_t role_gid = user ? user->gid : 65534;
           *check = check_project_idmap(peer, root, role_uid, role_gid);
         } catch (const std::exception& e) {
           *check = {false, root + ": " + e.what()};

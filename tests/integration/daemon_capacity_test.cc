@@ -440,6 +440,45 @@ TEST_F(DaemonCapacityTest, HungProjectFilesystemStallsOnlyItsCaller) {
   EXPECT_EQ(daemon_->log().find("exit_with_threads_stuck"), std::string::npos);
 }
 
+// An account that /etc/passwd does not list is asked of getent, which may take its whole
+// timeout (a directory server that does not answer). A status request that needs one waits
+// for it on its own thread: the daemon serves every other request meanwhile. (It used to look
+// the workspace role up on the event loop, and everybody waited for getent.)
+TEST_F(DaemonCapacityTest, ASlowAccountLookupHoldsUpNoOtherRequest) {
+  TempDir files;
+  std::ifstream passwd_in("/etc/passwd");
+  std::ostringstream passwd;
+  for (std::string line; std::getline(passwd_in, line);) {
+    if (line.rfind(workspace_user().name + ":", 0) != 0) passwd << line << "\n";
+  }
+  std::ofstream(files.path() + "/passwd") << passwd.str();
+  const std::string pid_file = files.path() + "/getent.pid";
+  std::ofstream(files.path() + "/getent") << "#!/bin/sh\necho $$ > " << pid_file << ".new && mv "
+                                          << pid_file << ".new " << pid_file << "\nexec sleep 60\n";
+  ASSERT_EQ(chmod((files.path() + "/getent").c_str(), 0755), 0);
+  DaemonOptions options;
+  options.files_over = {{files.path() + "/passwd", "/etc/passwd"},
+                        {files.path() + "/getent", "/usr/bin/getent"}};
+  start(options);
+
+  // The status of a project asks for the workspace role's account: getent now hangs (the
+  // daemon kills it after its timeout).
+  RunningClient slow(caller(), {daemon_->client(), "security", "status", "--socket",
+                                daemon_->socket_path(), "--project-root", project_});
+  pid_t getent = -1;
+  ASSERT_TRUE(eventually(
+      [&] {
+        std::ifstream in(pid_file);
+        return static_cast<bool>(in >> getent);
+      },
+      20s))
+      << daemon_->log();
+  const RunResult other = status_as(other_user());
+  EXPECT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_EQ(kill(getent, 0), 0) << "the other request was answered only after getent ended";
+  EXPECT_EQ(WEXITSTATUS(slow.wait()), 0) << slow.err();
+}
+
 // The daemon stops while a resolution thread is stuck: the event loop answers
 // SIGTERM and the client, and the process ends without waiting for the thread.
 // (A request the FUSE server already read can only end with an answer or an

@@ -267,6 +267,13 @@ Daemon::Daemon(DaemonOptions options) {
          umount2("/sys/fs/cgroup", MNT_DETACH) != 0)) {
       _exit(123);
     }
+    if (!options.files_over.empty() &&
+        (unshare(CLONE_NEWNS) != 0 || mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)) {
+      _exit(122);
+    }
+    for (const auto& [file, target] : options.files_over) {
+      if (mount(file.c_str(), target.c_str(), nullptr, MS_BIND, nullptr) != 0) _exit(121);
+    }
     const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     const int devnull = open("/dev/null", O_RDONLY);
     dup2(devnull, 0);
@@ -573,7 +580,8 @@ std::string RawClient::launch_request(v1::Role role, const std::string& root) {
   return request.SerializeAsString();
 }
 
-std::optional<testing::FrameDecoder::Frame> RawClient::read_frame(std::chrono::milliseconds timeout) {
+std::optional<testing::FrameDecoder::Frame> RawClient::read_frame(
+    std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     if (auto frame = decoder_.next()) return frame;
@@ -590,8 +598,8 @@ std::optional<testing::FrameDecoder::Frame> RawClient::read_frame(std::chrono::m
   }
 }
 
-std::optional<testing::FrameDecoder::Frame> RawClient::read_until(uint8_t type,
-                                                               std::chrono::milliseconds timeout) {
+std::optional<testing::FrameDecoder::Frame> RawClient::read_until(
+    uint8_t type, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

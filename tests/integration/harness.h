@@ -17,8 +17,8 @@
 
 #include "common/unique_fd.h"
 #include "proto/framing.h"
-#include "tests/integration/frame_decoder.h"
 #include "proto/helper.pb.h"
+#include "tests/integration/frame_decoder.h"
 
 namespace pando::itest {
 
@@ -91,6 +91,9 @@ struct DaemonOptions {
   // The config's sandbox_helper_path; empty: the built pando-helper-sandbox (the built
   // pando-helper-probe is next to it).
   std::string sandbox_helper_path;
+  // (file, target) pairs: the daemon runs in a mount namespace of its own in which each file
+  // is bind-mounted over its target (another /etc/passwd, a getent that hangs).
+  std::vector<std::pair<std::string, std::string>> files_over;
 };
 
 class Daemon {
@@ -202,7 +205,7 @@ class RawClient {
   std::optional<testing::FrameDecoder::Frame> read_frame(std::chrono::milliseconds timeout);
   // Reads frames until one of `type` arrives (data frames are skipped).
   std::optional<testing::FrameDecoder::Frame> read_until(uint8_t type,
-                                                      std::chrono::milliseconds timeout);
+                                                         std::chrono::milliseconds timeout);
   // True when the daemon closed the connection within the timeout.
   bool closed_by_peer(std::chrono::milliseconds timeout);
 
