@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "common/unique_fd.h"
+#include "daemon/cgroups.h"
 #include "daemon/sandbox/process_state.h"
 #include "proto/error.h"
 #include "proto/request_validation.h"
@@ -279,8 +280,12 @@ void check_cgroup_settings(const Checker& checker, DaemonConfig& config) {
   auto* cgroups = config.mutable_cgroups();
   if (!cgroups->has_parent()) cgroups->set_parent("pando-helper");
   const std::string& parent = cgroups->parent();
-  if (parent.empty() || parent.front() == '/' || !is_absolute_normalized("/" + parent)) {
-    checker.fail({"cgroups", "parent"}, -1, "must be a relative, normalized path");
+  // The test CgroupManager::detect applies at start, so that --check-config says what the
+  // daemon will say.
+  if (!cgroup_text::valid_parent(parent)) {
+    checker.fail({"cgroups", "parent"}, -1,
+                 "must be a relative path of at most 256 letters, digits, '-', '_' and '.', "
+                 "without empty, '.' or '..' parts");
   }
   auto* caller = config.mutable_caller_limits();
   if (!caller->has_memory_max_bytes()) caller->set_memory_max_bytes(8ULL << 30);

@@ -42,11 +42,14 @@ TEST(ConfigErrors, DaemonFieldsOutOfRange) {
       {"sandbox_helper_path: \"pando-helper-sandbox\"",
        "test.conf:1: sandbox_helper_path: must be an absolute, normalized path"},
       {"cgroups { parent: \"/pando\" }",
-       "test.conf:1: cgroups.parent: must be a relative, normalized path"},
+       "test.conf:1: cgroups.parent: must be a relative path of at most 256 letters, digits, '-', "
+       "'_' and '.', without empty, '.' or '..' parts"},
       {"cgroups { parent: \"a/../b\" }",
-       "test.conf:1: cgroups.parent: must be a relative, normalized path"},
+       "test.conf:1: cgroups.parent: must be a relative path of at most 256 letters, digits, '-', "
+       "'_' and '.', without empty, '.' or '..' parts"},
       {"cgroups { parent: \"\" }",
-       "test.conf:1: cgroups.parent: must be a relative, normalized path"},
+       "test.conf:1: cgroups.parent: must be a relative path of at most 256 letters, digits, '-', "
+       "'_' and '.', without empty, '.' or '..' parts"},
   };
   for (const Case& c : cases) EXPECT_EQ(error_of(c.line), c.error) << c.line;
   // The bounds themselves are accepted.

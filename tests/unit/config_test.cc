@@ -145,9 +145,19 @@ TEST(Config, RejectsBadValues) {
             std::string::npos);
   EXPECT_NE(error_of(std::string(kRoles) + "log_level: \"loud\"").find("log_level"),
             std::string::npos);
-  EXPECT_NE(
-      error_of(std::string(kRoles) + "cgroups { parent: \"../escape\" }").find("cgroups.parent"),
-      std::string::npos);
+  // Each of these the daemon's cgroup setup refuses at start too.
+  for (const char* parent :
+       {"../escape", "/absolute", "a//b", "a/./b", "with space", "a:b", "trailing/"}) {
+    EXPECT_NE(error_of(std::string(kRoles) + "cgroups { parent: \"" + parent + "\" }")
+                  .find("cgroups.parent"),
+              std::string::npos)
+        << parent;
+  }
+  EXPECT_NE(error_of(std::string(kRoles) + "cgroups { parent: \"" + std::string(257, 'a') + "\" }")
+                .find("cgroups.parent"),
+            std::string::npos);
+  EXPECT_EQ(error_of(std::string(kRoles) + "cgroups { parent: \"system.slice/pando_helper-1\" }"),
+            "");
   EXPECT_NE(error_of(std::string(kRoles) + "max_sessions: 0").find("max_sessions"),
             std::string::npos);
   EXPECT_NE(error_of(std::string(kRoles) + "prestarted_sandboxes: 17").find("prestarted_sandboxes"),
