@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <string>
 
@@ -229,9 +230,14 @@ std::string landlock_status_detail() {
   int error = 0;
   const int abi = query_abi(&error);
   if (abi == 0) {
-    if (error == EOPNOTSUPP)
+    if (error == EOPNOTSUPP) {
       return "unavailable: built in but disabled (boot with lsm=...,landlock)";
-    return "unavailable: not supported by this kernel";
+    }
+    if (error == ENOSYS) return "unavailable: not supported by this kernel";
+    // The kernel itself answers only those two: anything else comes from a
+    // seccomp filter around this process (a container's, a service manager's).
+    return std::string("unavailable: landlock_create_ruleset is refused (") + std::strerror(error) +
+           "): a seccomp filter of the container or service manager blocks it";
   }
   std::string detail = "ABI " + std::to_string(abi) + ": fs";
   if (abi >= 4) detail += ", net tcp";

@@ -8,18 +8,23 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -32,6 +37,7 @@ using pando::helper::sandbox::v1::SandboxPlan;
 using pando::sandbox::apply_landlock;
 using pando::sandbox::landlock_abi_version;
 using pando::testing::Child;
+using pando::testing::ChildResult;
 using pando::testing::RunInChild;
 
 // Opens `path` for writing (creating it) and reports the errno, 0 on success.
@@ -347,6 +353,32 @@ TEST(LandlockStatusTest, DescribesTheAbi) {
   EXPECT_EQ(detail.rfind("ABI " + std::to_string(abi) + ": fs", 0), 0u) << detail;
   EXPECT_EQ(detail.find("net tcp") != std::string::npos, abi >= 4) << detail;
   EXPECT_EQ(detail.find("scope") != std::string::npos, abi >= 6) << detail;
+}
+
+// A container's or service manager's seccomp filter that refuses Landlock's calls with EPERM
+// (systemd-nspawn's does) is named as such, not taken for a kernel without Landlock.
+TEST(LandlockStatusTest, NamesAFilterThatRefusesLandlock) {
+  const ChildResult result = RunInChild([](const Child& child) {
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_landlock_create_ruleset, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    const sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0) != 0) {
+      return child.FailErrno("seccomp");
+    }
+    const std::string detail = pando::sandbox::landlock_status_detail();
+    if (detail.find("Operation not permitted") == std::string::npos ||
+        detail.find("seccomp filter") == std::string::npos ||
+        detail.find("not supported by this kernel") != std::string::npos) {
+      return child.Fail(detail);
+    }
+    return 0;
+  });
+  EXPECT_EQ(result.exit_code, 0) << result.output;
 }
 
 }  // namespace
