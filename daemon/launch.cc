@@ -156,19 +156,53 @@ void LauncherTemplate::start() {
   }
 }
 
+// The template prepares launchers ahead of requests at SCHED_IDLE
+// (daemon/sandbox/main.cc), so that it never takes a CPU from a launch under
+// way; a launch that waits for it must not wait behind every other task.
+class LauncherTemplate::Hurry {
+ public:
+  explicit Hurry(LauncherTemplate& launchers) : launchers_(launchers) {
+    const sched_param param{};
+    if (sched_getscheduler(launchers.pid_) == SCHED_IDLE &&
+        sched_setscheduler(launchers.pid_, SCHED_OTHER, &param) == 0) {
+      hurried_ = launchers.pid_;
+    }
+  }
+  ~Hurry() {
+    const sched_param param{};
+    if (hurried_ > 0 && launchers_.pid_ == hurried_) {
+      (void)sched_setscheduler(hurried_, SCHED_IDLE, &param);
+    }
+  }
+  Hurry(const Hurry&) = delete;
+  Hurry& operator=(const Hurry&) = delete;
+
+ private:
+  LauncherTemplate& launchers_;
+  pid_t hurried_ = -1;
+};
+
 // SIGKILL before closing its socket: on EOF the template would exit
 // normally, and a sanitizer build's exit-time work (LeakSanitizer starts a
 // tracer task) could then be cut short by the kill and leave that task behind.
-void LauncherTemplate::stop() noexcept {
-  // Answers already sent stay readable after the template is gone.
-  while (!requested_.empty() && control_.valid()) {
-    StartedSandbox answered;
-    try {
-      if (receive_answer(MSG_DONTWAIT, answered) != Answer::kLauncher) break;
-    } catch (const std::exception&) {
-      continue;  // that request failed; later answers may still be there
+void LauncherTemplate::stop(Answers answers) noexcept {
+  {
+    // A launcher the template made but the daemon never took is the daemon's
+    // child all the same (CLONE_PARENT): it is killed and reaped here rather
+    // than left to outlive the daemon. Answers already sent stay readable
+    // after the template is gone.
+    std::optional<Hurry> hurry;
+    if (answers == Answers::kWait && !requested_.empty() && control_.valid()) hurry.emplace(*this);
+    while (!requested_.empty() && control_.valid()) {
+      StartedSandbox answered;
+      try {
+        const int flags = answers == Answers::kWait ? 0 : MSG_DONTWAIT;
+        if (receive_answer(flags, answered) != Answer::kLauncher) break;
+      } catch (const std::exception&) {
+        continue;  // that request failed; later answers may still be there
+      }
+      kill_and_reap(answered.pidfd.get());
     }
-    kill_and_reap(answered.pidfd.get());
   }
   requested_.clear();
   pid_ = -1;
@@ -208,7 +242,7 @@ LauncherTemplate::Answer LauncherTemplate::receive_answer(int flags, StartedSand
     if ((flags & MSG_DONTWAIT) != 0) return Answer::kNotYet;
     // The wait timed out: a late answer must not be taken for the next
     // request's.
-    stop();
+    stop(Answers::kTaken);
     errno = ETIMEDOUT;
   }
   if (n == 0 || (n < 0 && errno == ECONNRESET)) return Answer::kTemplateGone;
@@ -221,7 +255,7 @@ LauncherTemplate::Answer LauncherTemplate::receive_answer(int flags, StartedSand
   }
   if (n != sizeof(answer) || truncated || answer <= 0 || fds.size() != 1) {
     // Not its protocol: start over with a fresh one next time.
-    stop();
+    stop(Answers::kTaken);
     errno = EPROTO;
     fail("the launcher template's answer");
   }
@@ -255,32 +289,6 @@ std::optional<StartedSandbox> LauncherTemplate::take_answered() {
   }
   return std::nullopt;
 }
-
-// The template prepares launchers ahead of requests at SCHED_IDLE
-// (daemon/sandbox/main.cc), so that it never takes a CPU from a launch under
-// way; a launch that waits for it must not wait behind every other task.
-class LauncherTemplate::Hurry {
- public:
-  explicit Hurry(LauncherTemplate& launchers) : launchers_(launchers) {
-    const sched_param param{};
-    if (sched_getscheduler(launchers.pid_) == SCHED_IDLE &&
-        sched_setscheduler(launchers.pid_, SCHED_OTHER, &param) == 0) {
-      hurried_ = launchers.pid_;
-    }
-  }
-  ~Hurry() {
-    const sched_param param{};
-    if (hurried_ > 0 && launchers_.pid_ == hurried_) {
-      (void)sched_setscheduler(hurried_, SCHED_IDLE, &param);
-    }
-  }
-  Hurry(const Hurry&) = delete;
-  Hurry& operator=(const Hurry&) = delete;
-
- private:
-  LauncherTemplate& launchers_;
-  pid_t hurried_ = -1;
-};
 
 StartedSandbox LauncherTemplate::start_sandbox() {
   for (int attempt = 0; attempt < 2; ++attempt) {

@@ -75,9 +75,13 @@ class LauncherTemplate {
   class Hurry;
 
   void start();
+  // kWait: first waits for the answer to every request; kTaken: only takes
+  // the answers already sent (the template stopped answering, or broke its
+  // protocol).
+  enum class Answers { kWait, kTaken };
   // Kills the template. Launchers it has answered for are killed and reaped
   // too; nobody could take them any more.
-  void stop() noexcept;
+  void stop(Answers answers = Answers::kWait) noexcept;
   void restart(std::string_view reason);
   // False when the template is gone.
   bool send_request();
