@@ -195,11 +195,15 @@ void LauncherTemplate::stop(Answers answers) noexcept {
     if (answers == Answers::kWait && !requested_.empty() && control_.valid()) hurry.emplace(*this);
     while (!requested_.empty() && control_.valid()) {
       StartedSandbox answered;
+      const size_t due = requested_.size();
       try {
         const int flags = answers == Answers::kWait ? 0 : MSG_DONTWAIT;
         if (receive_answer(flags, answered) != Answer::kLauncher) break;
       } catch (const std::exception&) {
-        continue;  // that request failed; later answers may still be there
+        // A failed clone() took its request: later answers may still come.
+        // Any other failure would only repeat.
+        if (requested_.size() == due) break;
+        continue;
       }
       kill_and_reap(answered.pidfd.get());
     }

@@ -54,15 +54,14 @@ StartedSandbox SandboxPool::take() {
   return std::move(hurry(sandbox));
 }
 
+// A failed answer ends the round; the answers after it wait for the next.
 void SandboxPool::collect() noexcept {
-  for (;;) {
-    try {
-      std::optional<StartedSandbox> answered = launchers_.take_answered();
-      if (!answered) return;
+  try {
+    while (std::optional<StartedSandbox> answered = launchers_.take_answered()) {
       waiting_.push_back(std::move(*answered));
-    } catch (const std::exception& e) {
-      log::error("prestart_failed", {{"error", std::string(e.what())}});
     }
+  } catch (const std::exception& e) {
+    log::error("prestart_failed", {{"error", std::string(e.what())}});
   }
 }
 
