@@ -173,6 +173,24 @@ class TerminalStdioTest : public ::testing::Test {
     return eventually([] { return processes_of(workspace_user().uid).empty(); }, 20s);
   }
 
+  // The slave's modes before a session: a login's, echo on and canonical.
+  static termios modes_before(const Pty& pty) {
+    termios modes{};
+    EXPECT_EQ(tcgetattr(pty.slave.get(), &modes), 0);
+    EXPECT_TRUE(modes.c_lflag & ECHO);
+    EXPECT_TRUE(modes.c_lflag & ICANON);
+    return modes;
+  }
+
+  // Whatever the session set, the slave has the modes of `before` again.
+  static void expect_modes_put_back(const Pty& pty, const termios& before) {
+    termios after{};
+    ASSERT_EQ(tcgetattr(pty.slave.get(), &after), 0);
+    EXPECT_EQ(after.c_lflag, before.c_lflag);
+    EXPECT_EQ(after.c_iflag, before.c_iflag);
+    EXPECT_EQ(after.c_oflag, before.c_oflag);
+  }
+
   std::unique_ptr<Daemon> daemon_;
   std::string project_;
 };
@@ -237,10 +255,7 @@ TEST_F(TerminalStdioTest, TheRoleCannotInjectTakeOrReopenTheTerminal) {
 TEST_F(TerminalStdioTest, WhatTheRoleChangesOnTheTerminalIsPutBackWhenTheSessionEnds) {
   start();
   Pty pty;
-  termios before{};
-  ASSERT_EQ(tcgetattr(pty.slave.get(), &before), 0);
-  ASSERT_TRUE(before.c_lflag & ECHO);
-  ASSERT_TRUE(before.c_lflag & ICANON);
+  const termios before = modes_before(pty);
   Client client(*daemon_, project_, pty.slave.get(), pty.slave.get(), pty.slave.get());
   // Exclusive mode (TIOCEXCL, 0x540c: the caller could no longer open the terminal, /dev/tty
   // included) and the line discipline N_NULL (27: the terminal would swallow every byte both
@@ -260,11 +275,7 @@ TEST_F(TerminalStdioTest, WhatTheRoleChangesOnTheTerminalIsPutBackWhenTheSession
   int line_discipline = -1;
   ASSERT_EQ(ioctl(pty.slave.get(), TIOCGETD, &line_discipline), 0);
   EXPECT_EQ(line_discipline, N_TTY);
-  termios after{};
-  ASSERT_EQ(tcgetattr(pty.slave.get(), &after), 0);
-  EXPECT_EQ(after.c_lflag, before.c_lflag);
-  EXPECT_EQ(after.c_iflag, before.c_iflag);
-  EXPECT_EQ(after.c_oflag, before.c_oflag);
+  expect_modes_put_back(pty, before);
   int exclusive = -1;
   ASSERT_EQ(ioctl(pty.slave.get(), TIOCGEXCL, &exclusive), 0);
   EXPECT_EQ(exclusive, 0);
@@ -278,9 +289,7 @@ TEST_F(TerminalStdioTest, WhatTheRoleChangesOnTheTerminalIsPutBackWhenTheSession
 TEST_F(TerminalStdioTest, QuittingTheClientPutsTheTerminalBack) {
   start();
   Pty pty;
-  termios before{};
-  ASSERT_EQ(tcgetattr(pty.slave.get(), &before), 0);
-  ASSERT_TRUE(before.c_lflag & ECHO);
+  const termios before = modes_before(pty);
   Client client(*daemon_, project_, pty.slave.get(), pty.slave.get(), pty.slave.get());
   ASSERT_TRUE(pty.write("stty raw -echo && sleep 60\n"));
   ASSERT_TRUE(eventually(
@@ -293,11 +302,7 @@ TEST_F(TerminalStdioTest, QuittingTheClientPutsTheTerminalBack) {
   client.signal(SIGQUIT);
   EXPECT_EQ(client.wait(), 128 + SIGQUIT) << client.err;
   EXPECT_NE(client.err.find("quit (SIGQUIT)"), std::string::npos) << client.err;
-  termios after{};
-  ASSERT_EQ(tcgetattr(pty.slave.get(), &after), 0);
-  EXPECT_EQ(after.c_lflag, before.c_lflag);
-  EXPECT_EQ(after.c_iflag, before.c_iflag);
-  EXPECT_EQ(after.c_oflag, before.c_oflag);
+  expect_modes_put_back(pty, before);
   EXPECT_TRUE(nothing_of_the_session_left());
 }
 
