@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "common/unique_fd.h"
@@ -233,7 +233,11 @@ std::string landlock_status_detail() {
     if (error == EOPNOTSUPP) {
       return "unavailable: built in but disabled (boot with lsm=...,landlock)";
     }
-    if (error == ENOSYS) return "unavailable: not supported by this kernel";
+    // A seccomp filter may fake ENOSYS too (systemd's do), which cannot be
+    // told apart from a kernel without Landlock.
+    if (error == ENOSYS) {
+      return "unavailable: not supported by this kernel (or a seccomp filter hides it)";
+    }
     // The kernel itself answers only those two: anything else comes from a
     // seccomp filter around this process (a container's, a service manager's).
     return std::string("unavailable: landlock_create_ruleset is refused (") + std::strerror(error) +
