@@ -26,7 +26,7 @@ void discard(StartedSandbox& sandbox) {
 // A launcher still preparing runs at SCHED_IDLE; a client waits on it now.
 // Best effort: without CAP_SYS_NICE this fails, and the launcher then never
 // left the normal policy (daemon/sandbox/main.cc).
-StartedSandbox& hurry(StartedSandbox& sandbox) {
+StartedSandbox& leave_idle(StartedSandbox& sandbox) {
   sched_param param{};
   (void)sched_setscheduler(sandbox.pid, SCHED_OTHER, &param);
   return sandbox;
@@ -44,14 +44,14 @@ StartedSandbox SandboxPool::take() {
   while (!waiting_.empty()) {
     StartedSandbox sandbox = std::move(waiting_.front());
     waiting_.pop_front();
-    if (!has_exited(sandbox)) return std::move(hurry(sandbox));
+    if (!has_exited(sandbox)) return std::move(leave_idle(sandbox));
     // It failed on its own (its setup error waits unread on the control
     // socket); a fresh one will report the same error if it persists.
     log::warn("prestarted_sandbox_exited", {{"pid", static_cast<int64_t>(sandbox.pid)}});
     discard(sandbox);
   }
   StartedSandbox sandbox = launchers_.start_sandbox();
-  return std::move(hurry(sandbox));
+  return std::move(leave_idle(sandbox));
 }
 
 // A failed answer ends the round; the answers after it wait for the next.

@@ -476,7 +476,11 @@ TEST_F(DaemonCapacityTest, ASlowAccountLookupHoldsUpNoOtherRequest) {
   const RunResult other = status_as(other_user());
   EXPECT_EQ(other.exit_code, 0) << other.err;
   EXPECT_EQ(kill(getent, 0), 0) << "the other request was answered only after getent ended";
+  // Ended here rather than by the daemon's timeout: the daemon reaps it, its thread returns,
+  // and no getent outlives the test.
+  kill(getent, SIGKILL);
   EXPECT_EQ(WEXITSTATUS(slow.wait()), 0) << slow.err();
+  EXPECT_TRUE(eventually([&] { return kill(getent, 0) != 0; }, 10s)) << "getent left behind";
 }
 
 // The daemon stops while a resolution thread is stuck: the event loop answers
