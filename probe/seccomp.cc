@@ -15,9 +15,11 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <termios.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <string>
 
 #include "probe/probe.h"
@@ -178,6 +180,30 @@ void check_setid_chmod() {
   unlink(created.c_str());
 }
 
+// Write for others, by mode or by a POSIX ACL (a minimal one: user::rw-, group::r--,
+// other::rw-), on a file of the role's own: refused by the filter.
+void check_other_write() {
+  const std::string path = home() + "/pando-selftest-other-write";
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return fail("seccomp.other_write_chmod", "cannot create " + path + ": " + errno_name(errno));
+  }
+  close(fd);
+  expect_errno("seccomp.other_write_chmod", chmod(path.c_str(), 0666), EPERM);
+  struct AclEntry {
+    uint16_t tag;
+    uint16_t perm;
+    uint32_t id;
+  };
+  struct {
+    uint32_t version = 2;
+    AclEntry entries[3] = {{0x01, 6, ~0u}, {0x04, 4, ~0u}, {0x20, 6, ~0u}};
+  } acl;
+  expect_errno("seccomp.acl",
+               setxattr(path.c_str(), "system.posix_acl_access", &acl, sizeof(acl), 0), EOPNOTSUPP);
+  unlink(path.c_str());
+}
+
 // i386 syscalls kill the process. A kernel without the i386 entry faults on
 // int 0x80 instead (SIGSEGV): nothing to test there.
 void check_i386_abi() {
@@ -233,6 +259,7 @@ void seccomp_checks() {
   check_open_by_handle();
   check_openat2();
   check_setid_chmod();
+  check_other_write();
   check_i386_abi();
   check_x32_abi();
 }

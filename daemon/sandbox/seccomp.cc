@@ -85,6 +85,21 @@ constexpr When mode_has_set_id(unsigned arg) {
 constexpr const char* kSetIdReason =
     "a set-id file in the project would run as the caller for any local user";
 
+// The project root and every directory above a protected path are pinned in the session (mount
+// points), so the role cannot replace them and their modes are what the caller keeps. Were one
+// writable by others, any local user could swap `.git` or `.git/config` after the session.
+constexpr When mode_has_other_write(unsigned arg) {
+  return arg_has_any_bit(arg, S_IWOTH, "mode has S_IWOTH");
+}
+constexpr const char* kOtherWriteReason =
+    "write for others on the caller's files lets any local user change the project later";
+// A POSIX ACL (system.posix_acl_access) sets the same bits as chmod, and a default ACL
+// (system.posix_acl_default) gives them to every file the caller makes later. The name sits in
+// memory seccomp cannot read, so every write fails with the errno of a filesystem without
+// extended attributes, which cp -a, tar and rsync pass over.
+constexpr const char* kXattrReason =
+    "a POSIX ACL grants other users what chmod may not (the attribute name is not readable)";
+
 #define SYSCALL(name) #name, __NR_##name
 
 // The whole policy. The default action is ALLOW; every row below fails its syscall with the
@@ -92,8 +107,8 @@ constexpr const char* kSetIdReason =
 // - listmount/statmount (Linux 6.8): they read mount information the role can already read in
 //   /proc/self/mountinfo of its own mount namespace; reaching another namespace needs
 //   CAP_SYS_ADMIN over it, which the role never has.
-// - mseal, lsm_*_self_attr, the *xattrat and file_*attr calls: they act on the caller's own
-//   memory, LSM attributes or files that Landlock and permissions already govern.
+// - mseal, lsm_*_self_attr, getxattrat, listxattrat and the file_*attr calls: they act on the
+//   caller's own memory or LSM attributes, read, or set flags that permissions already govern.
 constexpr Rule kPolicy[] = {
     // Other processes of the role user.
     {SYSCALL(ptrace), EPERM, kAlways, "reads and controls other processes"},
@@ -175,6 +190,23 @@ constexpr Rule kPolicy[] = {
     {SYSCALL(mknodat), EPERM, mode_has_set_id(2), kSetIdReason},
     {SYSCALL(openat2), ENOSYS, kAlways,
      "its mode sits in memory seccomp cannot read; ENOSYS makes callers fall back to openat"},
+
+    // Write for other users on what the caller keeps. Modes given when a file is made pass
+    // through the umask, which the role sets itself: see SECURITY.md. Group write stays allowed:
+    // with user-private groups the group is the caller alone, and where the umask is 002 most
+    // files have it, so chmod +x carries it.
+    {SYSCALL(chmod), EPERM, mode_has_other_write(1), kOtherWriteReason},
+    {SYSCALL(fchmod), EPERM, mode_has_other_write(1), kOtherWriteReason},
+    {SYSCALL(fchmodat), EPERM, mode_has_other_write(2), kOtherWriteReason},
+    {SYSCALL(fchmodat2), EPERM, mode_has_other_write(2), kOtherWriteReason},
+    {SYSCALL(setxattr), EOPNOTSUPP, kAlways, kXattrReason},
+    {SYSCALL(lsetxattr), EOPNOTSUPP, kAlways, kXattrReason},
+    {SYSCALL(fsetxattr), EOPNOTSUPP, kAlways, kXattrReason},
+    {SYSCALL(setxattrat), EOPNOTSUPP, kAlways, kXattrReason},
+    {SYSCALL(removexattr), EOPNOTSUPP, kAlways, kXattrReason},
+    {SYSCALL(lremovexattr), EOPNOTSUPP, kAlways, kXattrReason},
+    {SYSCALL(fremovexattr), EOPNOTSUPP, kAlways, kXattrReason},
+    {SYSCALL(removexattrat), EOPNOTSUPP, kAlways, kXattrReason},
 
     // Terminal input injection (bubblewrap CVE-2017-5226). The kernel reads the request as 32
     // bits, so the compare ignores the high half (flatpak CVE-2019-10063).

@@ -7,6 +7,12 @@
 #ifndef __NR_open_tree_attr
 #define __NR_open_tree_attr 467  // Linux 6.15
 #endif
+#ifndef __NR_setxattrat
+#define __NR_setxattrat 463  // Linux 6.13
+#endif
+#ifndef __NR_removexattrat
+#define __NR_removexattrat 466  // Linux 6.13
+#endif
 #ifndef __NR_fchmodat2
 #define __NR_fchmodat2 452  // Linux 6.6
 #endif

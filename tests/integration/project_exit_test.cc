@@ -7,6 +7,7 @@
 #include <linux/landlock.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -96,6 +97,61 @@ TEST_F(ProjectExitTest, NoSetIdFileOrDirectoryReachesTheHost) {
     EXPECT_EQ(st.st_mode, want) << name << " mode " << std::oct << st.st_mode;
     EXPECT_EQ(st.st_uid, caller().uid) << name;
   }
+}
+
+// seccomp (step 18): the project root and `.git` are pinned in the session (a mount root and
+// a mount point), so the role cannot replace them; were they writable by other users, any local
+// user could swap `.git/config` afterwards and run code as the caller. Neither a mode with
+// write for others nor an ACL (which sets the same bits, or a default ACL that new files
+// inherit) reaches the host. Group write stays allowed: see SECURITY.md.
+TEST_F(ProjectExitTest, NothingInTheProjectBecomesWritableByOtherUsers) {
+  ASSERT_TRUE(fs::create_directory(project_ + "/.git"));
+  ASSERT_EQ(chown((project_ + "/.git").c_str(), caller().uid, caller().gid), 0);
+  // A minimal ACL as the kernel reads it (version 2; user::rwx, group::r-x, other::rwx), set
+  // as the attribute `name` of `path`.
+  const auto set_acl = [](const std::string& path, const std::string& name) {
+    return "python3 -c 'import os,struct; os.setxattr(\"" + path + "\", \"" + name +
+           "\", struct.pack(\"<I\", 2) + b\"\".join(struct.pack(\"<HHI\", t, p, 0xffffffff) "
+           "for t, p in ((1, 7), (4, 5), (0x20, 7))))'";
+  };
+  std::string script = std::string(kCheck) + "touch f; mkdir d; ";
+  for (const auto& [check, command] : std::vector<std::pair<std::string, std::string>>{
+           {"chmod-root-o+w", "chmod o+w ."},
+           {"chmod-root-777", "chmod 777 ."},
+           {"chmod-git-1777", "chmod 1777 .git"},
+           {"chmod-file-666", "chmod 666 f"},
+           {"chmod-dir-757", "chmod 757 d"},
+           {"acl-root", set_acl(".", "system.posix_acl_access")},
+           {"acl-default-root", set_acl(".", "system.posix_acl_default")},
+           {"acl-git", set_acl(".git", "system.posix_acl_access")},
+           {"user-xattr", "python3 -c 'import os; os.setxattr(\"f\", \"user.x\", b\"1\")'"},
+           {"plain-chmod", "chmod 750 d"},
+           {"group-write", "chmod 664 f"},
+           {"sticky", "chmod 1755 d"}}) {
+    script += "t " + check + " " + command + "; ";
+  }
+  const RunResult r = sh(script);
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out,
+            "chmod-root-o+w no\nchmod-root-777 no\nchmod-git-1777 no\nchmod-file-666 no\n"
+            "chmod-dir-757 no\nacl-root no\nacl-default-root no\nacl-git no\nuser-xattr no\n"
+            "plain-chmod yes\ngroup-write yes\nsticky yes\n");
+
+  for (const auto& [path, mode] : tree_modes(project_)) {
+    if (S_ISLNK(mode)) continue;
+    EXPECT_EQ(mode & S_IWOTH, 0u) << path << " mode " << std::oct << mode;
+  }
+  for (const std::string& path : {project_, project_ + "/.git", project_ + "/f"}) {
+    for (const char* name : {"system.posix_acl_access", "system.posix_acl_default"}) {
+      EXPECT_LT(getxattr(path.c_str(), name, nullptr, 0), 0) << path << " has " << name;
+    }
+  }
+  // The allowed calls really ran.
+  struct stat st {};
+  ASSERT_EQ(lstat((project_ + "/d").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode, S_IFDIR | S_ISVTX | 0755) << std::oct << st.st_mode;
+  ASSERT_EQ(lstat((project_ + "/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode, S_IFREG | 0664) << std::oct << st.st_mode;
 }
 
 // Landlock (step 17): runs mkfifo and a Unix socket bind in `project` (and a subdirectory), the

@@ -171,6 +171,23 @@ int denied_syscalls() {
   }
   try_syscall("openat2", __NR_openat2);
 
+  // Write for others: the chmod calls only (a mode given when a file is made passes the umask).
+  for (const long mode : {long{0757}, (long{1} << 32) | S_IWOTH}) {
+    const std::string suffix = mode > 0777 ? "-other-write-high" : "-other-write";
+    try_syscall(("chmod" + suffix).c_str(), __NR_chmod, kBad, mode);
+    try_syscall(("fchmod" + suffix).c_str(), __NR_fchmod, kBad, mode);
+    try_syscall(("fchmodat" + suffix).c_str(), __NR_fchmodat, kBad, kBad, mode, 0);
+    try_syscall(("fchmodat2" + suffix).c_str(), __NR_fchmodat2, kBad, kBad, mode, 0);
+  }
+  try_syscall("setxattr", __NR_setxattr);
+  try_syscall("lsetxattr", __NR_lsetxattr);
+  try_syscall("fsetxattr", __NR_fsetxattr);
+  try_syscall("setxattrat", __NR_setxattrat);
+  try_syscall("removexattr", __NR_removexattr);
+  try_syscall("lremovexattr", __NR_lremovexattr);
+  try_syscall("fremovexattr", __NR_fremovexattr);
+  try_syscall("removexattrat", __NR_removexattrat);
+
   // A thread without CLONE_SIGHAND is invalid, so an unfiltered clone fails before forking.
   const struct {
     const char* check;

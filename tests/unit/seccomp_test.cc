@@ -292,9 +292,25 @@ TEST(SeccompTest, PolicyListsEverySyscallTheSandboxMustDeny) {
                            "vhangup"}) {
     EXPECT_EQ(actions[name], "EPERM") << name;
   }
-  for (const char* name : {"chmod", "fchmod", "fchmodat", "fchmodat2", "open", "openat", "creat",
-                           "mkdir", "mkdirat", "mknod", "mknodat"}) {
+  for (const char* name : {"open", "openat", "creat", "mkdir", "mkdirat", "mknod", "mknodat"}) {
     EXPECT_EQ(actions[name], "EPERM if mode has S_ISUID or S_ISGID") << name;
+  }
+  // The chmod calls have two rows each: set-id bits, then write for others.
+  std::multimap<std::string, std::string> chmod_rows;
+  for (const auto& entry : seccomp_policy()) {
+    if (entry.syscall.find("chmod") != std::string::npos) {
+      chmod_rows.emplace(entry.syscall, entry.action);
+    }
+  }
+  std::multimap<std::string, std::string> expected_chmod_rows;
+  for (const char* name : {"chmod", "fchmod", "fchmodat", "fchmodat2"}) {
+    expected_chmod_rows.emplace(name, "EPERM if mode has S_ISUID or S_ISGID");
+    expected_chmod_rows.emplace(name, "EPERM if mode has S_IWOTH");
+  }
+  EXPECT_EQ(chmod_rows, expected_chmod_rows);
+  for (const char* name : {"setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr",
+                           "lremovexattr", "fremovexattr", "removexattrat"}) {
+    EXPECT_EQ(actions[name], "EOPNOTSUPP") << name;
   }
   EXPECT_EQ(actions["clone3"], "ENOSYS");
   EXPECT_EQ(actions["openat2"], "ENOSYS");
@@ -309,8 +325,10 @@ TEST(SeccompTest, EveryUnconditionalRowFailsWithItsErrno) {
   for (const auto& entry : seccomp_policy()) {
     if (entry.number < 0 || is_conditional(entry)) continue;
     SCOPED_TRACE(entry.syscall);
-    ASSERT_TRUE(entry.action == "EPERM" || entry.action == "ENOSYS") << entry.action;
-    const int expected = entry.action == "EPERM" ? EPERM : ENOSYS;
+    const std::map<std::string, int> errnos{
+        {"EPERM", EPERM}, {"ENOSYS", ENOSYS}, {"EOPNOTSUPP", EOPNOTSUPP}};
+    ASSERT_TRUE(errnos.count(entry.action)) << entry.action;
+    const int expected = errnos.at(entry.action);
     EXPECT_EQ(run_child([&] { return raw(entry.number); }), exited(expected));
     ++checked;
   }
@@ -342,10 +360,12 @@ TEST(SeccompTest, ConditionalRowsAreTheTestedOnes) {
   for (const auto& entry : seccomp_policy()) {
     if (is_conditional(entry)) conditional.insert(entry.syscall);
   }
-  EXPECT_EQ(conditional, (std::multiset<std::string>{"clone", "ioctl", "ioctl", "ioctl", "ioctl",
-                                                     "personality", "chmod", "fchmod", "fchmodat",
-                                                     "fchmodat2", "open", "openat", "creat",
-                                                     "mkdir", "mkdirat", "mknod", "mknodat"}));
+  EXPECT_EQ(
+      conditional,
+      (std::multiset<std::string>{
+          "clone",   "ioctl",    "ioctl",     "ioctl", "ioctl",  "personality", "chmod",
+          "fchmod",  "fchmodat", "fchmodat2", "open",  "openat", "creat",       "mkdir",
+          "mkdirat", "mknod",    "mknodat",   "chmod", "fchmod", "fchmodat",    "fchmodat2"}));
 }
 
 // The mode's argument index in each call that takes one; paths and fds are invalid, so a call
@@ -383,7 +403,7 @@ TEST(SeccompTest, SetIdModesAreDeniedWhateverTheHighBits) {
       EXPECT_EQ(run_child([&] { return mode_call.call(static_cast<long>(mode)); }), exited(EPERM));
     }
     // Other modes reach the kernel, which answers for the invalid path or fd.
-    for (const uint64_t mode : {uint64_t{0}, uint64_t{0755}, uint64_t{0777 | S_ISVTX},
+    for (const uint64_t mode : {uint64_t{0}, uint64_t{0755}, uint64_t{0775 | S_ISVTX},
                                 (uint64_t{1} << 32) | 0755, uint64_t{0xffffffff00000000}}) {
       SCOPED_TRACE(mode);
       const std::string unfiltered =
@@ -392,6 +412,33 @@ TEST(SeccompTest, SetIdModesAreDeniedWhateverTheHighBits) {
       EXPECT_EQ(run_child([&] { return mode_call.call(static_cast<long>(mode)); }), unfiltered);
     }
   }
+}
+
+// The chmod calls set the modes of what the caller keeps (the project root and `.git` cannot be
+// replaced in the session): write for others is denied, group write and every mode given when a
+// file is made (which the umask trims) reach the kernel.
+TEST(SeccompTest, OtherWriteIsDeniedToChmodOnly) {
+  for (const ModeCall& mode_call : mode_calls()) {
+    SCOPED_TRACE(mode_call.name);
+    const bool is_chmod = std::string(mode_call.name).find("chmod") != std::string::npos;
+    for (const uint64_t mode : {uint64_t{S_IWOTH}, uint64_t{0757}, uint64_t{0777 | S_ISVTX},
+                                (uint64_t{1} << 32) | 0666, uint64_t{0xffffffff00000000} | 0002}) {
+      SCOPED_TRACE(mode);
+      const std::string unfiltered =
+          run_child([&] { return mode_call.call(static_cast<long>(mode)); }, /*install=*/false);
+      EXPECT_NE(unfiltered, exited(EPERM));
+      EXPECT_EQ(run_child([&] { return mode_call.call(static_cast<long>(mode)); }),
+                is_chmod ? exited(EPERM) : unfiltered);
+    }
+    for (const uint64_t mode : {uint64_t{0775}, uint64_t{0664}, uint64_t{0750 | S_ISVTX}}) {
+      SCOPED_TRACE(mode);
+      const std::string unfiltered =
+          run_child([&] { return mode_call.call(static_cast<long>(mode)); }, /*install=*/false);
+      EXPECT_EQ(run_child([&] { return mode_call.call(static_cast<long>(mode)); }), unfiltered);
+    }
+  }
+  const auto fchmodat2 = [](long mode) { return raw(__NR_fchmodat2, kBad, kBad, mode, 0); };
+  EXPECT_EQ(run_child([&] { return fchmodat2(0757); }), exited(EPERM));
 }
 
 // fchmodat2 (Linux 6.6) is denied by number, also where the kernel lacks it.
