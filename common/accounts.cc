@@ -81,7 +81,11 @@ std::optional<User> to_user(const std::optional<Fields>& fields) {
 
 std::optional<Group> to_group(const std::optional<Fields>& fields) {
   if (!fields) return std::nullopt;
-  return Group{std::string((*fields)[0]), *parse_id((*fields)[2])};
+  Group group{std::string((*fields)[0]), *parse_id((*fields)[2]), {}};
+  for (std::string_view member : split((*fields)[3], ',')) {
+    if (!member.empty()) group.members.emplace_back(member);
+  }
+  return group;
 }
 
 // The local file, or nothing when it cannot be read: nss_files, too, only
@@ -272,6 +276,14 @@ std::optional<Group> find_group_by_id(std::string_view group, gid_t gid) {
   return to_group(find_entry(group, kGroupFields, kGroupFields, [gid](const Fields& fields) {
     return valid_group(fields) && *parse_id(fields[2]) == gid;
   }));
+}
+
+bool is_private_group_of(const Group& group, std::string_view user_name) {
+  if (group.name != user_name) return false;
+  for (const std::string& member : group.members) {
+    if (member != user_name) return false;
+  }
+  return true;
 }
 
 std::optional<std::string> find_shadow_password(std::string_view shadow, std::string_view name) {

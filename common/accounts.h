@@ -29,6 +29,7 @@ struct User {
 struct Group {
   std::string name;
   gid_t gid;
+  std::vector<std::string> members;  // the fourth field, by name
 };
 
 // The first well-formed line of `text` for that name or id. Comments, blank
@@ -42,6 +43,12 @@ std::optional<Group> find_group_by_id(std::string_view group, gid_t gid);
 // Only the password matters, so a line glibc would reject still counts: it
 // must not hide a usable password.
 std::optional<std::string> find_shadow_password(std::string_view shadow, std::string_view name);
+
+// useradd's user-private-group convention (USERGROUPS_ENAB): the group has the
+// user's name and lists nobody else as a member, so group write on a file of
+// that group is the user's alone. Account tools never give another account
+// such a group as its primary group; a host that does is not covered.
+bool is_private_group_of(const Group& group, std::string_view user_name);
 
 // The whole file, or nullopt when it does not exist. Throws pando::Error
 // (ERROR_INTERNAL) when it exists but cannot be read.

@@ -31,7 +31,7 @@ constexpr int kPipeBytes = 1 << 20;
 // dup2() calls after clone never overwrite a source still needed.
 constexpr int kParkFloor = 64;
 // Above every fd the template keeps (mounts.h); close-on-exec.
-constexpr int kLauncherExecFd = sandbox::kSeccompProgramFd + 1;
+constexpr int kLauncherExecFd = sandbox::kGroupWriteProgramFd + 1;
 
 [[noreturn]] void fail(const char* what) { throw_errno(what, helper::v1::ERROR_LAUNCH_FAILED); }
 
@@ -50,7 +50,7 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
   fcntl(fds[0], F_SETPIPE_SZ, kPipeBytes);
 }
 
-constexpr int kMoves = 6;
+constexpr int kMoves = 7;
 // The daemon waits this long for the template to answer (it answers right
 // after its clone()).
 constexpr int kTemplateReplyMillis = 10000;
@@ -101,7 +101,8 @@ bool kill_and_reap(int pidfd) noexcept {
 LauncherTemplate::LauncherTemplate(int launcher_fd)
     : launcher_fd_(launcher_fd),
       devnull_(open("/dev/null", O_RDWR | O_CLOEXEC)),
-      seccomp_program_(sandbox::compile_seccomp_program()) {
+      seccomp_program_(sandbox::compile_seccomp_program()),
+      group_write_program_(sandbox::compile_group_write_program()) {
   if (!devnull_.valid()) fail("/dev/null");
   start();
 }
@@ -114,15 +115,17 @@ void LauncherTemplate::start() {
   UniqueFd control(pair[0]);
   UniqueFd child_control(pair[1]);
 
-  const UniqueFd parked[kMoves] = {park(devnull_.get()),         park(devnull_.get()),
-                                   park(devnull_.get()),         park(child_control.get()),
-                                   park(seccomp_program_.get()), park(launcher_fd_)};
+  const UniqueFd parked[kMoves] = {
+      park(devnull_.get()),      park(devnull_.get()),         park(devnull_.get()),
+      park(child_control.get()), park(seccomp_program_.get()), park(group_write_program_.get()),
+      park(launcher_fd_)};
   const int moves[kMoves][2] = {{parked[0].get(), 0},
                                 {parked[1].get(), 1},
                                 {parked[2].get(), 2},
                                 {parked[3].get(), sandbox::kControlFd},
                                 {parked[4].get(), sandbox::kSeccompProgramFd},
-                                {parked[5].get(), kLauncherExecFd}};
+                                {parked[5].get(), sandbox::kGroupWriteProgramFd},
+                                {parked[6].get(), kLauncherExecFd}};
 
   // Like posix_spawn: the child borrows our memory until it execs
   // (CLONE_VM|CLONE_VFORK), so the daemon's page tables are not copied for a

@@ -41,7 +41,7 @@ struct StartedSandbox {
 // template answers in the order it was asked.
 class LauncherTemplate {
  public:
-  // Compiles the seccomp program for all launchers and starts the template.
+  // Compiles the seccomp programs for all launchers and starts the template.
   // Throws pando::Error when either fails.
   explicit LauncherTemplate(int launcher_fd);
   // Kills and reaps the template (its launchers are the daemon's children).
@@ -90,9 +90,10 @@ class LauncherTemplate {
   Answer receive_answer(int flags, StartedSandbox& out);
 
   int launcher_fd_;
-  UniqueFd devnull_;          // the template's fds 0-2, and so every launcher's
-  UniqueFd seccomp_program_;  // sealed memfd, the template's fd 4
-  pid_t pid_ = -1;            // valid while pidfd_ is: the template is reaped in stop() only
+  UniqueFd devnull_;              // the template's fds 0-2, and so every launcher's
+  UniqueFd seccomp_program_;      // sealed memfd, the template's fd 4
+  UniqueFd group_write_program_;  // sealed memfd, the template's fd 5
+  pid_t pid_ = -1;                // valid while pidfd_ is: the template is reaped in stop() only
   UniqueFd pidfd_;
   UniqueFd control_;
   std::deque<Request> requested_;

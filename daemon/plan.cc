@@ -55,6 +55,7 @@ sbv1::SandboxPlan build_plan(v1::Role role, const RoleConfig& role_config, const
   for (auto& arg : substitute_argv(role_config, project.path)) plan.add_argv(std::move(arg));
   plan.set_project_root(project.path);
   plan.set_project_writable(role == v1::ROLE_WORKSPACE);
+  plan.set_caller_group_private(project.caller_group_private);
   auto* ids = plan.mutable_ids();
   ids->set_caller_uid(peer.uid);
   ids->set_caller_gid(peer.gid);

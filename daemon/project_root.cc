@@ -57,11 +57,6 @@ bool is_same_or_under(const std::string& path, const std::string& tree) {
   }
 }
 
-std::string home_of(uid_t uid) {
-  const std::optional<accounts::User> user = accounts::user_by_id(uid);
-  return user ? user->home : "";
-}
-
 // Makes (as the caller, through CallerFsIdentity) and opens `name` below
 // `parent`, refusing anything that is not a directory owned by the caller.
 UniqueFd make_owned_dir(int parent, const std::string& name, uid_t caller,
@@ -128,10 +123,15 @@ ProjectIdmapCheck check_project_idmap(const PeerIdentity& peer, const std::strin
 
 ResolvedProject resolve_project(const PeerIdentity& peer, const std::string& path,
                                 const std::string& role) {
-  const std::string caller_home = home_of(peer.uid);
+  const std::optional<accounts::User> caller = accounts::user_by_id(peer.uid);
+  const std::string caller_home = caller ? caller->home : "";
   check_location_allowed(path, caller_home);
   ResolvedProject project;
   project.path = path;
+  if (caller) {
+    const std::optional<accounts::Group> group = accounts::group_by_id(peer.gid);
+    project.caller_group_private = group && accounts::is_private_group_of(*group, caller->name);
+  }
 
   CallerFsIdentity as_caller(peer);
   project.root.reset(open_dir_no_symlinks(AT_FDCWD, path));

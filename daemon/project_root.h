@@ -15,6 +15,9 @@ struct ResolvedProject {
   UniqueFd sandbox_dir;        // <project>/.pando-sandbox/<role>, O_PATH
   UniqueFd auth_home;          // the caller's ~/.pando-ai, O_PATH; invalid when absent
   std::string auth_home_note;  // why an existing auth home was not used, for the log
+  // The caller's gid is its user-private group (accounts::is_private_group_of): group write on
+  // what belongs to it reaches nobody else.
+  bool caller_group_private = false;
 };
 
 // Subdirectories of <project>/.pando-sandbox/<role>/ the daemon creates.

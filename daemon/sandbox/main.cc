@@ -139,13 +139,14 @@ std::vector<char*> to_argv(google::protobuf::RepeatedPtrField<std::string>* item
 // A failure is written to `error_fd` (close-on-exec, so a successful exec
 // leaves it empty) for init to report.
 [[noreturn]] void become_role(SandboxPlan& plan, const sb::SeccompProgram& seccomp,
-                              int error_fd) noexcept {
+                              const sb::SeccompProgram* group_write, int error_fd) noexcept {
   try {
     sb::drop_to_role_user(plan.ids());
     if (chdir(plan.project_root().c_str()) != 0) pando::throw_errno("chdir to the project root");
     sb::reset_process_state(plan, error_fd);
     sb::apply_landlock(plan);
     sb::install_seccomp_program(seccomp);
+    if (group_write != nullptr) sb::install_seccomp_program(*group_write);
   } catch (const pando::Error& e) {
     fail_role(error_fd, std::to_string(e.code()) + " " + e.what());
   }
@@ -179,6 +180,7 @@ void set_scheduling(int policy) {
 struct RoleStart {
   SandboxPlan* plan;
   const sb::SeccompProgram* seccomp;
+  const sb::SeccompProgram* group_write;  // null where group write reaches nobody else
   const int* error_pipe;
 };
 
@@ -188,7 +190,7 @@ struct RoleStart {
 __attribute__((no_sanitize("address"))) int role_main(void* arg) noexcept {
   auto* start = static_cast<RoleStart*>(arg);
   close(start->error_pipe[0]);
-  become_role(*start->plan, *start->seccomp, start->error_pipe[1]);
+  become_role(*start->plan, *start->seccomp, start->group_write, start->error_pipe[1]);
 }
 
 // Starts the role process the way posix_spawn does: it runs on its own stack
@@ -200,12 +202,13 @@ __attribute__((no_sanitize("address"))) int role_main(void* arg) noexcept {
 // (no CLONE_FILES, CLONE_FS, CLONE_SIGHAND, CLONE_THREAD). The one shared
 // per-memory setting, dumpable, is 0 for both. A failure leaves only the heap
 // it allocated behind.
-pid_t spawn_role(SandboxPlan& plan, const sb::SeccompProgram& seccomp, const int (&error_pipe)[2]) {
+pid_t spawn_role(SandboxPlan& plan, const sb::SeccompProgram& seccomp,
+                 const sb::SeccompProgram* group_write, const int (&error_pipe)[2]) {
   constexpr size_t kStackBytes = 256 * 1024;
   void* stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
   if (stack == MAP_FAILED) pando::throw_errno("mmap role stack");
-  RoleStart start{&plan, &seccomp, error_pipe};
+  RoleStart start{&plan, &seccomp, group_write, error_pipe};
   const pid_t pid = clone(role_main, static_cast<char*>(stack) + kStackBytes,
                           CLONE_VM | CLONE_VFORK | SIGCHLD, &start);
   const int clone_errno = errno;
@@ -240,6 +243,7 @@ struct Prepared {
   // at the normal policy.
   bool idle_while_waiting = false;
   std::optional<sb::SeccompProgram> seccomp;
+  std::optional<sb::SeccompProgram> group_write;  // with seccomp, or neither
   // Why there is no program: each launcher reports it as its setup failure.
   v1::ErrorCode seccomp_error_code = v1::ERROR_LAUNCH_FAILED;
   std::string seccomp_error;
@@ -251,11 +255,13 @@ Prepared prepare_for_launchers() {
     prepared.idle_while_waiting = has_effective_capability(CAP_SYS_NICE);
     if (prepared.idle_while_waiting) set_scheduling(SCHED_IDLE);
     prepared.seccomp.emplace(sb::read_seccomp_program(sb::kSeccompProgramFd));
+    prepared.group_write.emplace(sb::read_seccomp_program(sb::kGroupWriteProgramFd));
   } catch (const pando::Error& e) {
     prepared.seccomp_error_code = e.code();
     prepared.seccomp_error = e.what();
   }
   close(sb::kSeccompProgramFd);
+  close(sb::kGroupWriteProgramFd);
   return prepared;
 }
 
@@ -267,7 +273,9 @@ Prepared prepare_for_launchers() {
   pid_t role_pid = -1;
   SandboxPlan plan;
   try {
-    if (!prepared.seccomp) throw pando::Error(prepared.seccomp_error_code, prepared.seccomp_error);
+    if (!prepared.seccomp || !prepared.group_write) {
+      throw pando::Error(prepared.seccomp_error_code, prepared.seccomp_error);
+    }
     sb::set_up_namespaces();
     sb::BaseView view = sb::build_base_view();
     ReceivedPlan received = receive_plan();
@@ -285,7 +293,9 @@ Prepared prepare_for_launchers() {
     int error_pipe[2];
     if (pipe2(error_pipe, O_CLOEXEC) != 0) pando::throw_errno("pipe2");
     sb::block_init_signals();
-    role_pid = spawn_role(plan, *prepared.seccomp, error_pipe);
+    role_pid =
+        spawn_role(plan, *prepared.seccomp,
+                   plan.caller_group_private() ? nullptr : &*prepared.group_write, error_pipe);
     close(error_pipe[1]);
     check_role_started(error_pipe[0]);
     close(error_pipe[0]);

@@ -16,9 +16,10 @@ namespace pando::sandbox {
 inline constexpr int kControlFd = 3;
 // argv[1] with which the daemon starts pando-helper-sandbox as the template.
 inline constexpr char kTemplateArgument[] = "--template";
-// The template's fd holding the seccomp program the daemon compiled (a sealed
-// memfd, see seccomp.h).
+// The template's fds holding the seccomp programs the daemon compiled (sealed
+// memfds, see seccomp.h): the one every role gets, and the group-write filter.
 inline constexpr int kSeccompProgramFd = 4;
+inline constexpr int kGroupWriteProgramFd = 5;
 
 // Daemon side: a recursive detached copy of a root-owned host path (a
 // configured runtime path). Throws Error when it does not exist.

@@ -93,6 +93,11 @@ constexpr When mode_has_other_write(unsigned arg) {
 }
 constexpr const char* kOtherWriteReason =
     "write for others on the caller's files lets any local user change the project later";
+constexpr When mode_has_group_write(unsigned arg) {
+  return arg_has_any_bit(arg, S_IWGRP, "mode has S_IWGRP");
+}
+constexpr const char* kGroupWriteReason =
+    "only where the caller's group is not its own private group: write for its other members";
 // A POSIX ACL (system.posix_acl_access) sets the same bits as chmod, and a default ACL
 // (system.posix_acl_default) gives them to every file the caller makes later. The name sits in
 // memory seccomp cannot read, so every write fails with the errno of a filesystem without
@@ -230,6 +235,20 @@ constexpr Rule kPolicy[] = {
      "execution domains and address-space flags"},
 };
 
+// A second filter, stacked on the first where the caller's gid is not its user-private group (a
+// shared primary group such as `users`, or a client run under sg): the idmap maps that gid to
+// the role's, so group write on the project root or `.git` would reach the group's other members
+// as S_IWOTH reaches everyone. A file of any other group the role cannot chmod at all (the
+// kernel refuses a change to an inode whose group the idmap does not map). With a private group
+// group write stays allowed: where the umask is 002 most files carry it, and chmod +x restates
+// it.
+constexpr Rule kGroupWritePolicy[] = {
+    {SYSCALL(chmod), EPERM, mode_has_group_write(1), kGroupWriteReason},
+    {SYSCALL(fchmod), EPERM, mode_has_group_write(1), kGroupWriteReason},
+    {SYSCALL(fchmodat), EPERM, mode_has_group_write(2), kGroupWriteReason},
+    {SYSCALL(fchmodat2), EPERM, mode_has_group_write(2), kGroupWriteReason},
+};
+
 #undef SYSCALL
 
 // Other ABIs: the x86_64 filter never sees their syscall numbers, so it kills them.
@@ -312,9 +331,10 @@ void add_rule(const Filter& filter, const Rule& rule) {
 // What a compiled program is sealed against: it never changes once exported.
 constexpr int kProgramSeals = F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK;
 
-}  // namespace
-
-UniqueFd compile_seccomp_program() {
+// Compiles `rules` into a sealed memfd. A syscall of another ABI kills the process in either
+// program.
+template <size_t N>
+UniqueFd compile_rules(const Rule (&rules)[N]) {
   if (seccomp_arch_native() != SCMP_ARCH_X86_64) {
     throw Error(pando::helper::v1::ERROR_SANDBOX_UNSUPPORTED,
                 "seccomp: the policy is written for x86_64 only");
@@ -327,7 +347,7 @@ UniqueFd compile_seccomp_program() {
   rc = seccomp_attr_set(filter.get(), SCMP_FLTATR_API_SYSRAWRC, 1);
   if (rc != 0) throw_seccomp("asking for kernel error codes", rc);
 
-  for (const Rule& rule : kPolicy) add_rule(filter, rule);
+  for (const Rule& rule : rules) add_rule(filter, rule);
 
   // libseccomp 2.5 exports only to a file descriptor (seccomp_export_bpf_mem is 2.6).
   UniqueFd memfd(memfd_create("pando-seccomp-bpf", MFD_CLOEXEC | MFD_ALLOW_SEALING));
@@ -339,6 +359,12 @@ UniqueFd compile_seccomp_program() {
   }
   return memfd;
 }
+
+}  // namespace
+
+UniqueFd compile_seccomp_program() { return compile_rules(kPolicy); }
+
+UniqueFd compile_group_write_program() { return compile_rules(kGroupWritePolicy); }
 
 SeccompProgram read_seccomp_program(int fd) {
   const int seals = fcntl(fd, F_GET_SEALS);
@@ -375,6 +401,11 @@ SeccompProgram build_seccomp_program() {
   return read_seccomp_program(compiled.get());
 }
 
+SeccompProgram build_group_write_program() {
+  const UniqueFd compiled = compile_group_write_program();
+  return read_seccomp_program(compiled.get());
+}
+
 void install_seccomp_program(const SeccompProgram& program) {
   // Checked here rather than set: the order of the launch steps is main.cc's business, and a
   // filter loaded without it by a process that still has CAP_SYS_ADMIN would hide a wrong order.
@@ -396,13 +427,17 @@ void install_seccomp_program(const SeccompProgram& program) {
 
 std::vector<SeccompPolicyEntry> seccomp_policy() {
   std::vector<SeccompPolicyEntry> entries;
-  for (const Rule& rule : kPolicy) {
-    std::string action = strerrorname_np(rule.error);
-    if (rule.when.match != Match::kAlways) action += std::string(" if ") + rule.when.text;
-    entries.push_back({rule.name, rule.nr, action, rule.reason});
-  }
+  const auto add_rows = [&entries](const auto& rules, bool group_write) {
+    for (const Rule& rule : rules) {
+      std::string action = strerrorname_np(rule.error);
+      if (rule.when.match != Match::kAlways) action += std::string(" if ") + rule.when.text;
+      entries.push_back({rule.name, rule.nr, action, rule.reason, group_write});
+    }
+  };
+  add_rows(kPolicy, false);
+  add_rows(kGroupWritePolicy, true);
   for (const AbiRule& abi : kAbiPolicy) {
-    entries.push_back({abi.name, -1, "KILL_PROCESS", abi.reason});
+    entries.push_back({abi.name, -1, "KILL_PROCESS", abi.reason, false});
   }
   return entries;
 }
@@ -416,7 +451,8 @@ std::string seccomp_status_detail() {
   }
   return "deny-list filter, " + std::to_string(refused.size()) + " syscalls refused (" +
          std::to_string(by_argument.size()) + " by argument), " +
-         std::to_string(std::size(kAbiPolicy)) + " non-native ABIs killed";
+         std::to_string(std::size(kAbiPolicy)) +
+         " non-native ABIs killed; group write refused where it would reach other users";
 }
 
 }  // namespace pando::sandbox

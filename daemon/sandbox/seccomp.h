@@ -28,6 +28,9 @@ class SeccompProgram {
 // (write, grow, shrink, new seals). Leaves the calling process's own filter alone. Throws
 // Error.
 UniqueFd compile_seccomp_program();
+// The same for the group-write filter, which a role stacks on the first where the caller's group
+// is not its user-private group (seccomp.cc, kGroupWritePolicy).
+UniqueFd compile_group_write_program();
 
 // The launcher template: reads a program from such a memfd, after checking its seals and size.
 // Throws Error.
@@ -35,6 +38,7 @@ SeccompProgram read_seccomp_program(int fd);
 
 // Both steps in one process.
 SeccompProgram build_seccomp_program();
+SeccompProgram build_group_write_program();
 
 // Installs `program` on the calling thread with the raw seccomp() syscall: no libseccomp, no
 // allocation, no kernel feature probes. Needs PR_SET_NO_NEW_PRIVS already set. Last step before
@@ -48,9 +52,11 @@ struct SeccompPolicyEntry {
   std::string action;   // "EPERM", "ENOSYS" or "KILL_PROCESS", then " if <condition>" when
                         // the rule looks at an argument
   std::string reason;
+  bool group_write = false;  // a row of the group-write filter, not of the one every role gets
 };
 
-// The policy build_seccomp_program() compiles: every syscall not listed is allowed.
+// The policy build_seccomp_program() compiles (every syscall not listed is allowed), then the
+// rows of the group-write filter.
 std::vector<SeccompPolicyEntry> seccomp_policy();
 
 // The seccomp layer's line in `security status`, counted from seccomp_policy().

@@ -154,6 +154,41 @@ TEST_F(ProjectExitTest, NothingInTheProjectBecomesWritableByOtherUsers) {
   EXPECT_EQ(st.st_mode, S_IFREG | 0664) << std::oct << st.st_mode;
 }
 
+// A caller whose gid is not its user-private group (a shared primary group such as `users`, or a
+// client run under sg): the idmap maps that gid to the role's, so group write on the project
+// root or `.git` would reach the group's other members. The group-write filter is stacked and
+// no chmod sets S_IWGRP. Here the caller runs with the other test user's group (named like that
+// user, not the caller) and the project belongs to it. The tests above run with the caller's
+// private group, where group write stays allowed.
+TEST_F(ProjectExitTest, NoGroupWriteWhereTheCallersGroupIsShared) {
+  TestUser in_shared_group = caller();
+  in_shared_group.gid = other_user().gid;
+  const std::string git = project_ + "/.git";
+  ASSERT_EQ(mkdir(git.c_str(), 0755), 0);
+  for (const std::string& dir : {project_, git}) {
+    ASSERT_EQ(chown(dir.c_str(), caller().uid, other_user().gid), 0) << dir;
+    ASSERT_EQ(chmod(dir.c_str(), 0755), 0) << dir;
+  }
+  RunOptions options;
+  options.stdin_data = std::string(kCheck) + "touch f; mkdir d; " +
+                       "t chmod-root-g+w chmod g+w .; "
+                       "t chmod-git-775 chmod 775 .git; "
+                       "t chmod-file-664 chmod 664 f; "
+                       "t plain-chmod chmod 750 d\n";
+  const RunResult r = launch(*daemon_, in_shared_group, "workspace", project_, options);
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out, "chmod-root-g+w no\nchmod-git-775 no\nchmod-file-664 no\nplain-chmod yes\n");
+  for (const auto& [path, mode] : tree_modes(project_)) {
+    if (S_ISLNK(mode)) continue;
+    EXPECT_EQ(mode & S_IWGRP, 0u) << path << " mode " << std::oct << mode;
+  }
+  // The files the role made are the shared group's on the host, and the plain chmod ran.
+  struct stat st {};
+  ASSERT_EQ(lstat((project_ + "/d").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode, S_IFDIR | 0750) << std::oct << st.st_mode;
+  EXPECT_EQ(st.st_gid, other_user().gid);
+}
+
 // Landlock (step 17): runs mkfifo and a Unix socket bind in `project` (and a subdirectory), the
 // session's home and TMPDIR (both under .pando-sandbox), /tmp and /dev/shm, and checks the
 // project on the host. `tmp_result` is what /tmp answers.

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "proto/error.h"
 
@@ -44,7 +45,10 @@ constexpr const char* kGroup =
     "+nisgroup::::\n"
     "broken:x:x:\n"
     "staff:x:50:alice,bob\n"
-    "users:x:100:\n";
+    "users:x:100:\n"
+    "alice:x:1000:\n"
+    "carol:x:1005:carol\n"
+    "dave:x:1006:dave,,erin\n";
 
 TEST(AccountsParserTest, FindsTheFirstWellFormedUserByName) {
   const auto alice = find_user_by_name(kPasswd, "alice");
@@ -87,6 +91,24 @@ TEST(AccountsParserTest, FindsGroups) {
   EXPECT_FALSE(find_group_by_name(kGroup, "broken"));
   EXPECT_FALSE(find_group_by_name(kGroup, "nisgroup"));
   EXPECT_FALSE(find_group_by_id(kGroup, 51));
+}
+
+TEST(AccountsParserTest, ReadsMembers) {
+  EXPECT_EQ(find_group_by_name(kGroup, "staff")->members,
+            (std::vector<std::string>{"alice", "bob"}));
+  EXPECT_TRUE(find_group_by_name(kGroup, "users")->members.empty());
+  EXPECT_EQ(find_group_by_name(kGroup, "dave")->members,
+            (std::vector<std::string>{"dave", "erin"}));
+}
+
+// Group write on a file of the caller's group reaches nobody else only for a group of its own.
+TEST(AccountsParserTest, PrivateGroupIsNamedLikeTheUserAndListsNobodyElse) {
+  EXPECT_TRUE(is_private_group_of(*find_group_by_name(kGroup, "alice"), "alice"));
+  EXPECT_TRUE(is_private_group_of(*find_group_by_name(kGroup, "carol"), "carol"));
+  EXPECT_FALSE(is_private_group_of(*find_group_by_name(kGroup, "dave"), "dave"));
+  EXPECT_FALSE(is_private_group_of(*find_group_by_name(kGroup, "users"), "alice"));
+  EXPECT_FALSE(is_private_group_of(*find_group_by_name(kGroup, "staff"), "alice"));
+  EXPECT_FALSE(is_private_group_of(*find_group_by_name(kGroup, "alice"), "bob"));
 }
 
 TEST(AccountsParserTest, ShadowPasswordOfAnyLineWithOne) {

@@ -72,10 +72,17 @@ int wait_for(pid_t pid) {
   return status;
 }
 
+const SeccompProgram& group_write_program() {
+  static const SeccompProgram program = build_group_write_program();
+  return program;
+}
+
 // Each check runs in a forked child, so the filter never reaches the test runner. The child
 // leaves its terminal (vhangup, TIOCSTI must have none to act on if the filter were missing)
-// and dumps no core when killed by SIGSYS.
-std::string run_child(const std::function<int()>& body, bool install = true) {
+// and dumps no core when killed by SIGSYS. `also` is stacked on the policy, as a role whose
+// group write would reach other users gets it.
+std::string run_child(const std::function<int()>& body, bool install = true,
+                      const SeccompProgram* also = nullptr) {
   const SeccompProgram& program = policy_program();
   std::fflush(nullptr);
   const pid_t pid = fork();
@@ -87,6 +94,7 @@ std::string run_child(const std::function<int()>& body, bool install = true) {
       if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) _exit(kInstallFailed);
       try {
         install_seccomp_program(program);
+        if (also != nullptr) install_seccomp_program(*also);
       } catch (const std::exception&) {
         _exit(kInstallFailed);
       }
@@ -249,7 +257,9 @@ TEST(SeccompTest, InstallReportsAKernelRefusal) {
 
 TEST(SeccompTest, PolicyListsEverySyscallTheSandboxMustDeny) {
   std::map<std::string, std::string> actions;
-  for (const auto& entry : seccomp_policy()) actions[entry.syscall] = entry.action;
+  for (const auto& entry : seccomp_policy()) {
+    if (!entry.group_write) actions[entry.syscall] = entry.action;
+  }
   for (const char* name : {"ptrace",
                            "process_vm_readv",
                            "process_vm_writev",
@@ -296,18 +306,26 @@ TEST(SeccompTest, PolicyListsEverySyscallTheSandboxMustDeny) {
     EXPECT_EQ(actions[name], "EPERM if mode has S_ISUID or S_ISGID") << name;
   }
   // The chmod calls have two rows each: set-id bits, then write for others.
+  // The chmod calls have two rows each: set-id bits, then write for others; the group-write
+  // filter has one row for each and nothing else.
   std::multimap<std::string, std::string> chmod_rows;
+  std::multimap<std::string, std::string> group_write_rows;
   for (const auto& entry : seccomp_policy()) {
-    if (entry.syscall.find("chmod") != std::string::npos) {
+    if (entry.group_write) {
+      group_write_rows.emplace(entry.syscall, entry.action);
+    } else if (entry.syscall.find("chmod") != std::string::npos) {
       chmod_rows.emplace(entry.syscall, entry.action);
     }
   }
   std::multimap<std::string, std::string> expected_chmod_rows;
+  std::multimap<std::string, std::string> expected_group_write_rows;
   for (const char* name : {"chmod", "fchmod", "fchmodat", "fchmodat2"}) {
     expected_chmod_rows.emplace(name, "EPERM if mode has S_ISUID or S_ISGID");
     expected_chmod_rows.emplace(name, "EPERM if mode has S_IWOTH");
+    expected_group_write_rows.emplace(name, "EPERM if mode has S_IWGRP");
   }
   EXPECT_EQ(chmod_rows, expected_chmod_rows);
+  EXPECT_EQ(group_write_rows, expected_group_write_rows);
   for (const char* name : {"setxattr", "lsetxattr", "fsetxattr", "setxattrat", "removexattr",
                            "lremovexattr", "fremovexattr", "removexattrat"}) {
     EXPECT_EQ(actions[name], "EOPNOTSUPP") << name;
@@ -348,17 +366,18 @@ TEST(SeccompTest, StatusDetailCountsThePolicy) {
     refused.insert(entry.syscall);
     if (is_conditional(entry)) by_argument.insert(entry.syscall);
   }
-  EXPECT_EQ(seccomp_status_detail(), "deny-list filter, " + std::to_string(refused.size()) +
-                                         " syscalls refused (" +
-                                         std::to_string(by_argument.size()) + " by argument), " +
-                                         std::to_string(abis) + " non-native ABIs killed");
+  EXPECT_EQ(seccomp_status_detail(),
+            "deny-list filter, " + std::to_string(refused.size()) + " syscalls refused (" +
+                std::to_string(by_argument.size()) + " by argument), " + std::to_string(abis) +
+                " non-native ABIs killed; group write refused where it "
+                "would reach other users");
 }
 
 // Rows that look at an argument each have their own test below.
 TEST(SeccompTest, ConditionalRowsAreTheTestedOnes) {
   std::multiset<std::string> conditional;
   for (const auto& entry : seccomp_policy()) {
-    if (is_conditional(entry)) conditional.insert(entry.syscall);
+    if (is_conditional(entry) && !entry.group_write) conditional.insert(entry.syscall);
   }
   EXPECT_EQ(
       conditional,
@@ -439,6 +458,30 @@ TEST(SeccompTest, OtherWriteIsDeniedToChmodOnly) {
   }
   const auto fchmodat2 = [](long mode) { return raw(__NR_fchmodat2, kBad, kBad, mode, 0); };
   EXPECT_EQ(run_child([&] { return fchmodat2(0757); }), exited(EPERM));
+}
+
+// Stacked where group write would reach other users (project_exits.h): the chmod calls cannot
+// set S_IWGRP; without it, and for the calls that make a file, group write reaches the kernel.
+TEST(SeccompTest, GroupWriteFilterDeniesGroupWriteToChmodOnly) {
+  for (const ModeCall& mode_call : mode_calls()) {
+    SCOPED_TRACE(mode_call.name);
+    const bool is_chmod = std::string(mode_call.name).find("chmod") != std::string::npos;
+    for (const uint64_t mode :
+         {uint64_t{S_IWGRP}, uint64_t{0775}, uint64_t{0664}, (uint64_t{1} << 32) | 0620}) {
+      SCOPED_TRACE(mode);
+      const auto call = [&] { return mode_call.call(static_cast<long>(mode)); };
+      const std::string unfiltered = run_child(call, /*install=*/false);
+      EXPECT_NE(unfiltered, exited(EPERM));
+      EXPECT_EQ(run_child(call), unfiltered);
+      EXPECT_EQ(run_child(call, true, &group_write_program()),
+                is_chmod ? exited(EPERM) : unfiltered);
+    }
+    const auto plain = [&] { return mode_call.call(0755); };
+    EXPECT_EQ(run_child(plain, true, &group_write_program()), run_child(plain, false));
+  }
+  const auto fchmodat2 = [](long mode) { return raw(__NR_fchmodat2, kBad, kBad, mode, 0); };
+  EXPECT_EQ(run_child([&] { return fchmodat2(0775); }, true, &group_write_program()),
+            exited(EPERM));
 }
 
 // fchmodat2 (Linux 6.6) is denied by number, also where the kernel lacks it.
