@@ -11,6 +11,7 @@
 #include <iostream>
 #include <optional>
 
+#include "client/caller_git.h"
 #include "client/connection.h"
 #include "common/json_log.h"
 #include "proto/helper.pb.h"
@@ -27,7 +28,18 @@ struct Tally {
   int passed = 0;
   int failed = 0;
   int skipped = 0;
+  int warned = 0;
 };
+
+void print_result(const std::string& name, const std::string& result, const std::string& detail,
+                  bool json) {
+  if (json) {
+    std::cout << "{\"check\":\"" << log::json_escape(name) << "\",\"result\":\"" << result
+              << "\",\"detail\":\"" << log::json_escape(detail) << "\"}\n";
+  } else {
+    std::cout << result << " " << name << " " << detail << "\n";
+  }
+}
 
 // One probe line, `RESULT check detail`, printed for a person or as JSON.
 void print_check(const std::string& role, const std::string& line, bool json, Tally& tally) {
@@ -52,12 +64,17 @@ void print_check(const std::string& role, const std::string& line, bool json, Ta
     result = "FAIL";
     ++tally.failed;
   }
-  const std::string name = role + "/" + check;
-  if (json) {
-    std::cout << "{\"check\":\"" << log::json_escape(name) << "\",\"result\":\"" << result
-              << "\",\"detail\":\"" << log::json_escape(detail) << "\"}\n";
-  } else {
-    std::cout << result << " " << name << " " << detail << "\n";
+  print_result(role + "/" + check, result, detail, json);
+}
+
+// Not layers of the sandbox but settings of the caller's own git, which close the git exits the
+// sandbox cannot: WARN when one is missing, counted apart from failures.
+void print_caller_git(bool json, Tally& tally) {
+  for (const CallerGitCheck& check : check_caller_git()) {
+    if (check.result == "PASS") ++tally.passed;
+    if (check.result == "SKIP") ++tally.skipped;
+    if (check.result == "WARN") ++tally.warned;
+    print_result("caller/" + check.check, check.result, check.detail, json);
   }
 }
 
@@ -239,9 +256,10 @@ int run_selftest(const SelftestOptions& options) {
   }
   if (options.project_root.empty()) remove_tree(project);
   if (result == 0 && tally.failed > 0) result = kExitChecksFailed;
+  if (result == 0 || result == kExitChecksFailed) print_caller_git(options.json, tally);
   if (!options.json) {
     std::cout << "selftest: " << tally.passed << " passed, " << tally.failed << " failed, "
-              << tally.skipped << " skipped\n";
+              << tally.skipped << " skipped, " << tally.warned << " warnings\n";
   }
   return result;
 }

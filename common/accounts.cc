@@ -1,9 +1,6 @@
 #include "common/accounts.h"
 
 #include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +9,7 @@
 #include <limits>
 #include <utility>
 
+#include "common/child_output.h"
 #include "common/json_log.h"
 #include "common/unique_fd.h"
 #include "proto/error.h"
@@ -107,56 +105,6 @@ void warn_failed(std::string_view database, std::string_view key, std::string_vi
   log::warn("account_lookup_failed", {{"database", database}, {"key", key}, {"reason", reason}});
 }
 
-// A system call that failed around getent: the host's, not the caller's.
-[[noreturn]] void fail(const char* what) { throw_errno(what, ERROR_INTERNAL); }
-
-void check_spawn(int err, const char* what) {
-  if (err != 0) {
-    errno = err;
-    fail(what);
-  }
-}
-
-// A posix_spawn attributes object, destroyed with its scope.
-template <typename T, int (*init)(T*), int (*destroy)(T*)>
-class SpawnObject {
- public:
-  explicit SpawnObject(const char* what) { check_spawn(init(&object_), what); }
-  ~SpawnObject() { destroy(&object_); }
-  SpawnObject(const SpawnObject&) = delete;
-  SpawnObject& operator=(const SpawnObject&) = delete;
-  T* get() { return &object_; }
-
- private:
-  T object_;
-};
-using SpawnActions = SpawnObject<posix_spawn_file_actions_t, posix_spawn_file_actions_init,
-                                 posix_spawn_file_actions_destroy>;
-using SpawnAttributes =
-    SpawnObject<posix_spawnattr_t, posix_spawnattr_init, posix_spawnattr_destroy>;
-
-// Reads the child's stdout until EOF, the deadline or the size cap. True on
-// EOF.
-bool read_until_eof(int fd, std::chrono::steady_clock::time_point deadline, std::string& out) {
-  char chunk[16384];
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    pollfd pfd{fd, POLLIN, 0};
-    const int ready = poll(&pfd, 1, static_cast<int>(left.count()));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) fail("poll");
-    if (ready == 0) return false;
-    const ssize_t got = read(fd, chunk, sizeof chunk);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) fail("read");
-    if (got == 0) return true;
-    if (out.size() + static_cast<size_t>(got) > kMaxGetentOutput) return false;
-    out.append(chunk, static_cast<size_t>(got));
-  }
-}
-
 // The first getent(1) of `sources` that exists.
 const std::string* find_getent(const Sources& sources) {
   for (const std::string& path : sources.getent) {
@@ -165,72 +113,24 @@ const std::string* find_getent(const Sources& sources) {
   return nullptr;
 }
 
-// Starts `getent DATABASE -- KEY` with `stdout_fd` as its stdout, /dev/null as
-// its stdin and stderr, no other fd, default signals and an empty environment.
-// posix_spawn's child runs no code of ours between fork and exec.
-pid_t spawn_getent(const std::string& getent, const char* database, const std::string& key,
-                   int stdout_fd) {
-  SpawnActions actions("posix_spawn_file_actions_init");
-  check_spawn(posix_spawn_file_actions_addopen(actions.get(), 0, "/dev/null", O_RDONLY, 0),
-              "posix_spawn_file_actions_addopen");
-  check_spawn(posix_spawn_file_actions_adddup2(actions.get(), stdout_fd, 1),
-              "posix_spawn_file_actions_adddup2");
-  check_spawn(posix_spawn_file_actions_addopen(actions.get(), 2, "/dev/null", O_WRONLY, 0),
-              "posix_spawn_file_actions_addopen");
-  // A socket-activation fd, for one, is not close-on-exec.
-  check_spawn(posix_spawn_file_actions_addclosefrom_np(actions.get(), 3),
-              "posix_spawn_file_actions_addclosefrom_np");
-  SpawnAttributes attributes("posix_spawnattr_init");
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  check_spawn(posix_spawnattr_setsigmask(attributes.get(), &none), "posix_spawnattr_setsigmask");
-  check_spawn(posix_spawnattr_setsigdefault(attributes.get(), &all),
-              "posix_spawnattr_setsigdefault");
-  check_spawn(
-      posix_spawnattr_setflags(attributes.get(), POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF),
-      "posix_spawnattr_setflags");
-
-  std::string database_arg = database;
-  std::string separator = "--";
-  std::string key_arg = key;
-  char* argv[] = {const_cast<char*>(getent.c_str()), database_arg.data(), separator.data(),
-                  key_arg.data(), nullptr};
-  char* envp[] = {nullptr};
-  pid_t pid = -1;
-  check_spawn(posix_spawn(&pid, getent.c_str(), actions.get(), attributes.get(), argv, envp),
-              "posix_spawn getent");
-  return pid;
-}
-
-// `getent DATABASE -- KEY`: its output when it exits 0 within the timeout,
-// nullopt otherwise (2 is "not found").
+// `getent DATABASE -- KEY` with an empty environment: its output when it
+// exits 0 within the timeout, nullopt otherwise (2 is "not found").
 std::optional<std::string> run_getent(const Sources& sources, const char* database,
                                       const std::string& key) {
   const std::string* getent = find_getent(sources);
   if (getent == nullptr) return std::nullopt;
-  int pipe_fds[2];
-  if (pipe2(pipe_fds, O_CLOEXEC) != 0) fail("pipe2");
-  UniqueFd read_end(pipe_fds[0]);
-  UniqueFd write_end(pipe_fds[1]);
-  const pid_t pid = spawn_getent(*getent, database, key, write_end.get());
-  write_end.reset();
-
-  std::string output;
-  const bool complete = read_until_eof(
-      read_end.get(), std::chrono::steady_clock::now() + sources.getent_timeout, output);
-  // Not reaped yet, so the pid cannot have been reused.
-  if (!complete) kill(pid, SIGKILL);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) fail("waitpid getent");
-  }
-  if (!complete) {
+  ChildCommand command;
+  command.argv = {*getent, database, "--", key};
+  command.timeout = sources.getent_timeout;
+  command.max_output = kMaxGetentOutput;
+  const std::optional<ChildOutput> ran = run_for_output(command);
+  if (!ran) return std::nullopt;
+  if (!ran->complete) {
     warn_failed(database, key, "getent timed out or said too much");
     return std::nullopt;
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
-  return output;
+  if (!WIFEXITED(ran->wait_status) || WEXITSTATUS(ran->wait_status) != 0) return std::nullopt;
+  return ran->output;
 }
 
 // Asks getent only when the local file has no answer; a failure to run it

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -75,11 +76,12 @@ class SelftestTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_EQ(geteuid(), 0u) << "integration tests run as root"; }
 
-  RunResult selftest(const Daemon& daemon, std::vector<std::string> args = {}) {
+  RunResult selftest(const Daemon& daemon, std::vector<std::string> args = {},
+                     RunOptions options = {}) {
     std::vector<std::string> argv = {daemon.client(), "security", "selftest", "--socket",
                                      daemon.socket_path()};
     argv.insert(argv.end(), args.begin(), args.end());
-    return run_as(caller(), argv);
+    return run_as(caller(), argv, options);
   }
 
   // The code a raw request of `type` for `root` is rejected with.
@@ -116,6 +118,49 @@ TEST_F(SelftestTest, BothRolesPassOnThisHostAndTheTemporaryProjectIsRemoved) {
   }
   EXPECT_NE(r.out.find("selftest: "), std::string::npos) << r.out;
   EXPECT_EQ(temporary_projects(), before);
+}
+
+// The caller's own git closes what the sandbox cannot (a bare repository or a submodule the role
+// makes): the selftest asks it, as the caller, and warns while either setting is missing. The
+// test caller has no git config: both warn, and a warning fails nothing.
+TEST_F(SelftestTest, WarnsWhileTheCallersGitWouldUseARepositoryTheRoleMade) {
+  Daemon daemon;
+  const std::string project = daemon.dir().make_dir("proj", caller());
+  const std::vector<std::string> args = {"--role", "workspace", "--project-root", project};
+  RunOptions bare;
+  bare.env = {
+      {"PATH", "/usr/bin:/bin"}, {"GIT_CONFIG_NOSYSTEM", "1"}, {"GIT_CONFIG_GLOBAL", "/dev/null"}};
+  const RunResult unset = selftest(daemon, args, bare);
+  EXPECT_EQ(unset.exit_code, 0) << unset.out << unset.err;
+  EXPECT_NE(unset.out.find("WARN caller/git.safe_bare_repository safe.bareRepository is not set"),
+            std::string::npos)
+      << unset.out;
+  EXPECT_NE(unset.out.find("git config --global diff.ignoreSubmodules dirty"), std::string::npos)
+      << unset.out;
+  EXPECT_NE(unset.out.find(", 2 warnings\n"), std::string::npos) << unset.out;
+
+  const std::string config = daemon.dir().path() + "/gitconfig";
+  {
+    std::ofstream out(config);
+    out << "[safe]\n\tbareRepository = explicit\n[diff]\n\tignoreSubmodules = dirty\n";
+  }
+  ASSERT_EQ(chmod(config.c_str(), 0644), 0);
+  RunOptions hardened = bare;
+  hardened.env["GIT_CONFIG_GLOBAL"] = config;
+  const RunResult set = selftest(daemon, args, hardened);
+  EXPECT_EQ(set.exit_code, 0) << set.out << set.err;
+  EXPECT_NE(set.out.find("PASS caller/git.safe_bare_repository"), std::string::npos) << set.out;
+  EXPECT_NE(set.out.find("PASS caller/git.ignore_submodules"), std::string::npos) << set.out;
+  EXPECT_NE(set.out.find(", 0 warnings\n"), std::string::npos) << set.out;
+
+  // No git to ask: nothing of the caller's to harden, said as a skip.
+  RunOptions no_git = bare;
+  no_git.env["PATH"] = "/nonexistent";
+  const RunResult missing = selftest(daemon, args, no_git);
+  EXPECT_EQ(missing.exit_code, 0) << missing.out << missing.err;
+  EXPECT_NE(missing.out.find("SKIP caller/git.ignore_submodules git is not installed"),
+            std::string::npos)
+      << missing.out;
 }
 
 TEST_F(SelftestTest, RunsInAGivenProjectForOneRole) {
@@ -165,7 +210,7 @@ TEST_F(SelftestTest, JsonOutputIsJsonLines) {
        "import json,sys\n"
        "rows=[json.loads(l) for l in sys.stdin]\n"
        "checks=[r for r in rows if 'check' in r]\n"
-       "assert all(r['result'] in ('PASS','FAIL','SKIP') and 'detail' in r for r in checks)\n"
+       "assert all(r['result'] in ('PASS','FAIL','SKIP','WARN') and 'detail' in r for r in checks)\n"
        "print(len(checks))\n"},
       parse);
   EXPECT_EQ(parsed.exit_code, 0) << parsed.err << r.out;
