@@ -197,9 +197,8 @@ constexpr Rule kPolicy[] = {
      "its mode sits in memory seccomp cannot read; ENOSYS makes callers fall back to openat"},
 
     // Write for other users on what the caller keeps. Modes given when a file is made pass
-    // through the umask, which the role sets itself: see SECURITY.md. Group write stays allowed:
-    // with user-private groups the group is the caller alone, and where the umask is 002 most
-    // files have it, so chmod +x carries it.
+    // through the umask, which the role sets itself: see SECURITY.md. Group write: the second
+    // filter below, where the caller's group is not its own.
     {SYSCALL(chmod), EPERM, mode_has_other_write(1), kOtherWriteReason},
     {SYSCALL(fchmod), EPERM, mode_has_other_write(1), kOtherWriteReason},
     {SYSCALL(fchmodat), EPERM, mode_has_other_write(2), kOtherWriteReason},
