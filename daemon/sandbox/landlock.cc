@@ -91,9 +91,15 @@ constexpr uint64_t kFileOnlyRights =
 //   /dev/{null,zero,full,random,urandom}   Device
 //   /dev/tty /dev/ptmx /dev/pts            Terminal (no controlling tty after
 //                                          setsid; ptys the role opens itself)
-//   /dev/shm /tmp sandbox_home             ReadWrite (/tmp, /dev/shm and the
-//   auth_home_target (if has_auth_home)    auth home: Project where they hold
-//                                          a writable project)
+//   /dev/shm /tmp sandbox_home             ReadWrite (/tmp and /dev/shm:
+//                                          Project where they hold a writable
+//                                          project)
+//   auth_home_target (if has_auth_home)    ReadExec: its mount is read-only,
+//                                          and a rule follows the directory
+//                                          wherever it is reached, so a
+//                                          writable grant here would also
+//                                          hold inside a project that
+//                                          contains the caller's home
 //   project_root                           Project if project_writable,
 //                                          else ReadExec
 //
@@ -296,7 +302,7 @@ int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan) {
                 plan.project_writable() ? Kind::kProject : Kind::kReadExec, fs);
   add_path_rule(ruleset.get(), plan.sandbox_home(), Kind::kReadWrite, fs);
   if (plan.has_auth_home()) {
-    add_path_rule(ruleset.get(), plan.auth_home_target(), writable(plan.auth_home_target()), fs);
+    add_path_rule(ruleset.get(), plan.auth_home_target(), Kind::kReadExec, fs);
   }
 
   if (syscall(SYS_landlock_restrict_self, ruleset.get(), 0U) != 0) {

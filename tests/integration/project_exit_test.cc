@@ -13,7 +13,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -232,6 +234,53 @@ void expect_no_fifo_or_socket_in(const Daemon& daemon, const std::string& projec
     EXPECT_EQ(fs::symlink_status(home + name).type(), fs::file_type::fifo) << name;
   }
   EXPECT_EQ(fs::symlink_status(home + "/s").type(), fs::file_type::socket);
+}
+
+// The caller's home inside the project (a project above it): its ~/.pando-ai is the auth home,
+// mounted read-only, and also a directory of the writable project. A Landlock rule belongs to
+// the directory wherever it is reached, so the auth home's must grant no FIFO or socket there.
+TEST(ProjectExitAuthHomeTest, NoFifoOrSocketInAnAuthHomeInsideTheProject) {
+  if (!kernel_has_landlock()) {
+    GTEST_SKIP() << "this kernel has no Landlock, which is the only layer for this rule";
+  }
+  TempDir files;
+  const std::string project = files.make_dir("proj", caller());
+  const std::string home = project + "/h";
+  ASSERT_EQ(mkdir(home.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((home + "/.pando-ai").c_str(), 0700), 0);
+  for (const std::string& dir : {home, home + "/.pando-ai"}) {
+    ASSERT_EQ(chown(dir.c_str(), caller().uid, caller().gid), 0) << dir;
+  }
+  std::ifstream passwd_in("/etc/passwd");
+  std::ostringstream passwd;
+  for (std::string line; std::getline(passwd_in, line);) {
+    if (line.rfind(caller().name + ":", 0) == 0) {
+      std::vector<std::string> fields;
+      std::istringstream split(line);
+      for (std::string field; std::getline(split, field, ':');) fields.push_back(field);
+      ASSERT_EQ(fields.size(), 7u) << line;
+      fields[5] = home;
+      line = fields[0];
+      for (size_t i = 1; i < fields.size(); ++i) line += ":" + fields[i];
+    }
+    passwd << line << "\n";
+  }
+  std::ofstream(files.path() + "/passwd") << passwd.str();
+  DaemonOptions options;
+  options.files_over = {{files.path() + "/passwd", "/etc/passwd"}};
+  const Daemon daemon(options);
+
+  const std::string probe = daemon.probe();
+  RunOptions run;
+  run.stdin_data = "echo \"auth=$PANDO_AUTH_HOME_OVERRIDE\"; " + probe + " mkfifo h/.pando-ai/p; " +
+                   probe + " bind-unix h/.pando-ai/s; " + probe + " mkfifo \"$HOME/p\"\n";
+  const RunResult r = launch(daemon, caller(), "workspace", project, run);
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon.log();
+  EXPECT_EQ(r.out, "auth=/pando-auth\nmkfifo errno=EACCES\nbind-unix errno=EACCES\nmkfifo ok\n")
+      << daemon.log();
+  for (const std::string name : {"/p", "/s"}) {
+    EXPECT_FALSE(fs::exists(fs::symlink_status(home + "/.pando-ai" + name))) << name;
+  }
 }
 
 // A root-owned 0755 directory under /var/tmp, removed with everything in it.
