@@ -27,6 +27,7 @@ namespace pando::daemon {
 using pando::helper::v1::ERROR_CGROUP_UNAVAILABLE;
 using pando::helper::v1::ERROR_CONFIG_INVALID;
 using pando::helper::v1::ERROR_INTERNAL;
+using pando::helper::v1::ERROR_LAUNCH_FAILED;
 
 using namespace cgroup_fs;
 
@@ -183,6 +184,29 @@ void SessionCgroup::kill_with(KillMethod method) {
       kill_listed_checked();
       return;
   }
+}
+
+bool SessionCgroup::can_freeze() const {
+  return std::any_of(dirs_.begin(), dirs_.end(),
+                     [](const Dir& d) { return version_of(d).freezer(d).has_value(); });
+}
+
+void SessionCgroup::set_frozen(bool frozen) {
+  std::optional<CgroupVersion::Freezer> freezer;
+  for (const auto& d : dirs_) {
+    if (auto f = version_of(d).freezer(d)) freezer = std::move(f);
+  }
+  if (!freezer) {
+    throw pando::Error(ERROR_CGROUP_UNAVAILABLE, "no cgroup freezer for " + describe());
+  }
+  write_value(freezer->file, frozen ? freezer->frozen_value : freezer->thawed_value);
+  if (!frozen) return;
+  for (int i = 0; i < 200; ++i) {
+    if (freezer->is_frozen()) return;
+    sleep_ms(1);
+  }
+  write_value(freezer->file, freezer->thawed_value);
+  throw pando::Error(ERROR_LAUNCH_FAILED, describe() + " did not freeze within 200 ms");
 }
 
 // While the session is frozen no process in it can fork, exit or reap, so each listed pid

@@ -109,6 +109,15 @@ class SessionCgroup {
   // false (and logs path + errno) when a step failed. Methods other than kAuto are for tests.
   bool kill_all(KillMethod method = KillMethod::kAuto) noexcept;
 
+  // Whether set_frozen() has a freezer to use (v2 cgroup.freeze, a v1 freezer hierarchy).
+  bool can_freeze() const;
+  // Pauses (`frozen`) or resumes every process of the session: v2 cgroup.freeze, v1 the
+  // freezer. Pausing returns once the kernel reports the whole session frozen; one that does not
+  // freeze within 200 ms (a task stuck in uninterruptible sleep) is thawed again and reported.
+  // Throws pando::Error: ERROR_CGROUP_UNAVAILABLE without a freezer, ERROR_LAUNCH_FAILED when
+  // the freeze does not complete, or when a freezer file cannot be written.
+  void set_frozen(bool frozen);
+
   // Polls until no process is left (v2 cgroup.events "populated 0", v1 empty cgroup.procs),
   // sleeping at most a few ms between reads. Returns whether it became empty in time.
   // Also false when the membership files cannot be read.

@@ -82,6 +82,8 @@ class Daemon {
                                                        const RoleConfig& role);
   void defer_cgroup_removal(std::unique_ptr<SessionCgroup> cgroup);
   void session_closed(Session* session);
+  // Every connection's session, launched or not.
+  const std::set<std::shared_ptr<Session>>& sessions() const { return sessions_; }
 
   // The daemon's own layers; a project's idmap support is the session's to add.
   pando::helper::v1::Status status() const;

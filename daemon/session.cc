@@ -235,6 +235,7 @@ void Session::on_launch_prepared(Prepared& prepared) {
   if (!prepared.launch.auth_home_note.empty()) {
     log::warn("auth_home_skipped", {{"session", id_}, {"reason", prepared.launch.auth_home_note}});
   }
+  open_walk_window();
   start_launch(daemon_, id_, peer_, role_, prepared.launch, direct_ ? &*direct_ : nullptr, launch_);
   watch_launcher();
   control_.assign(launch_.sandbox.control.release());
@@ -358,6 +359,16 @@ void Session::handle_sandbox_event(const sbv1::SandboxEvent& event) {
 }
 
 void Session::begin_running() {
+  try {
+    wait_for_other_walks();
+  } catch (const Error& e) {
+    close_walk_window();
+    return reject(e.code(),
+                  "this session could not be paused while another one's launcher "
+                  "looks for secret files in " +
+                      project_root_ + ": " + e.what());
+  }
+  close_walk_window();
   protocol_.running(direct_stdio_);
   accepted_ = true;
   handshake_timer_.cancel();
@@ -524,6 +535,7 @@ void Session::send_exit() {
 }
 
 void Session::close() {
+  close_walk_window();
   boost::system::error_code ignored;
   protocol_.close();
   handshake_timer_.cancel();

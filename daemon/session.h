@@ -93,6 +93,20 @@ class Session : public std::enable_shared_from_this<Session> {
   void handle_sandbox_event(const pando::helper::sandbox::v1::SandboxEvent& event);
   void begin_running();
 
+  // Walk windows (session_walk.cc): while this session's launcher walks the project for secret
+  // files, no other session of the caller that could write the project runs.
+  bool writes_project() const { return role_ == "workspace"; }
+  bool shares_project_with(const Session& other) const;
+  bool may_write_during_walk() const;
+  // False (logged) where the host gives this session no freezer; throws pando::Error when
+  // freezing fails.
+  bool pause_for_walk(const Session& walker);
+  void resume_after_walk() noexcept;
+  // Throws pando::Error naming the session that could not be paused.
+  void open_walk_window();
+  void close_walk_window() noexcept;
+  void wait_for_other_walks();
+
   // Relay (session_relay.cc): client -> child stdin.
   void pump_input();
   Step pass_stdin_data(int sock);
@@ -148,6 +162,9 @@ class Session : public std::enable_shared_from_this<Session> {
   OutputPipe stdout_;
   OutputPipe stderr_;
   bool sandbox_reaped_ = false;
+  bool walk_window_open_ = false;
+  unsigned walk_pauses_ = 0;  // open walk windows of other sessions that paused this one
+  std::vector<std::weak_ptr<Session>> paused_for_walk_;  // by this session's walk window
   std::optional<pando::helper::sandbox::v1::SandboxEvent::RoleExited> role_exit_;
   pando::helper::v1::EndReason end_reason_ = pando::helper::v1::END_CHILD_EXITED;
   std::string end_message_;

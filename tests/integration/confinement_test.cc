@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
@@ -23,8 +24,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "tests/integration/harness.h"
 
@@ -188,6 +192,42 @@ std::vector<pid_t> waiting_launchers_of(pid_t daemon) {
   return out;
 }
 
+// The first process whose argv is exactly `args`; -1 when none.
+pid_t process_with_args(const std::vector<std::string>& args) {
+  std::string wanted;
+  for (const std::string& arg : args) wanted += arg + '\0';
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (read_file(entry.path().string() + "/cmdline") == wanted) return std::stoi(name);
+  }
+  return -1;
+}
+
+// Whether the freezer of `pid`'s cgroup holds it (v1 freezer.state, v2 cgroup.events);
+// nullopt when neither can be read.
+std::optional<bool> cgroup_frozen(pid_t pid) {
+  std::istringstream lines(read_file("/proc/" + std::to_string(pid) + "/cgroup"));
+  std::string unified;
+  for (std::string line; std::getline(lines, line);) {
+    const size_t first = line.find(':');
+    const size_t second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const std::string path = line.substr(second + 1);
+    if (controllers == "freezer") {
+      const std::string state = read_file("/sys/fs/cgroup/freezer" + path + "/freezer.state");
+      if (state.empty()) return std::nullopt;
+      return state == "FROZEN\n";
+    }
+    if (controllers.empty()) unified = path;
+  }
+  const std::string events = read_file("/sys/fs/cgroup" + unified + "/cgroup.events");
+  if (unified.empty() || events.empty()) return std::nullopt;
+  return events.find("frozen 1") != std::string::npos;
+}
+
 class ConfinementTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -198,6 +238,25 @@ class ConfinementTest : public ::testing::Test {
     daemon_.reset();
     daemon_ = std::make_unique<Daemon>(options);
     project_ = daemon_->dir().make_dir("proj", caller());
+  }
+  // A workspace session on `project` whose role ends up as `sleep <seconds>`, and that
+  // process's pid.
+  std::pair<std::unique_ptr<RunningClient>, pid_t> start_sleeper(const std::string& project,
+                                                                 const std::string& seconds) {
+    auto client = std::make_unique<RunningClient>(
+        caller(), std::vector<std::string>{daemon_->client(), "security", "launch", "--role",
+                                           "workspace", "--project-root", project, "--stdio",
+                                           "--socket", daemon_->socket_path()});
+    EXPECT_TRUE(client->write_all("echo ready; exec sleep " + seconds + "\n"));
+    EXPECT_TRUE(client->read_until("ready", 20s)) << daemon_->log();
+    pid_t pid = -1;
+    EXPECT_TRUE(eventually(
+        [&] {
+          pid = process_with_args({"sleep", seconds});
+          return pid > 0;
+        },
+        10s));
+    return {std::move(client), pid};
   }
   RunResult sh(const std::string& script, const std::string& role = "workspace",
                RunOptions options = {}) {
@@ -683,6 +742,105 @@ TEST_F(ConfinementTest, ATemplateThatDoesNotAnswerHoldsUpNoRequest) {
   EXPECT_TRUE(eventually([&] { return is_launcher_template(template_pid); }, 10s))
       << "the template was replaced";
   EXPECT_EQ(sched_getscheduler(template_pid), SCHED_IDLE);
+}
+
+// A launcher walks the project for secret files by path (step 12): another session of the
+// caller that can write the project could move a directory out of the walk's way meanwhile
+// and a `.env` in it would go unmasked. So from the plan until the launcher reports, such a
+// session is paused in its freezer. Here the waiting launchers are stopped, so the next launch
+// holds its walk open; the caller's workspace session on the same project is frozen, one on
+// another project is not, and both run again once the launch is through.
+TEST_F(ConfinementTest, AnotherWriterOfTheProjectIsPausedWhileALauncherWalksIt) {
+  DaemonOptions options;
+  options.extra_config = "prestarted_sandboxes: 2\n";
+  start_daemon(options);
+  const std::string other = daemon_->dir().make_dir("other", caller());
+  const auto [same, same_pid] = start_sleeper(project_, "1001");
+  const auto [elsewhere, elsewhere_pid] = start_sleeper(other, "1002");
+  ASSERT_GT(same_pid, 0);
+  ASSERT_GT(elsewhere_pid, 0);
+  ASSERT_EQ(cgroup_frozen(same_pid), std::optional<bool>(false)) << daemon_->log();
+
+  std::vector<pid_t> waiting;
+  ASSERT_TRUE(eventually(
+      [&] {
+        waiting = waiting_launchers_of(daemon_->pid());
+        return waiting.size() == 2;
+      },
+      10s))
+      << describe(children_of(daemon_->pid()));
+  for (pid_t pid : waiting) ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  RunningClient walker(caller(),
+                       {daemon_->client(), "security", "launch", "--role", "core", "--project-root",
+                        project_, "--stdio", "--socket", daemon_->socket_path()});
+  ASSERT_TRUE(walker.write_all("echo walked\n"));
+  EXPECT_TRUE(eventually([&] { return cgroup_frozen(same_pid) == std::optional<bool>(true); }, 10s))
+      << daemon_->log();
+  EXPECT_EQ(cgroup_frozen(elsewhere_pid), std::optional<bool>(false));
+  for (pid_t pid : waiting) kill(pid, SIGCONT);
+
+  EXPECT_TRUE(walker.read_until("walked", 20s)) << walker.out() << daemon_->log();
+  EXPECT_TRUE(
+      eventually([&] { return cgroup_frozen(same_pid) == std::optional<bool>(false); }, 10s));
+  EXPECT_EQ(daemon_->log().find("walk_unpaused"), std::string::npos);
+}
+
+// A writer whose role starts while another launch of the project still walks it waits in the
+// freezer until that walk is through. The walking launch takes the one prestarted launcher,
+// stopped here; the writer's launch gets a fresh one from the template.
+TEST_F(ConfinementTest, AWriterStartingDuringAnotherWalkWaitsForIt) {
+  DaemonOptions options;
+  options.extra_config = "prestarted_sandboxes: 1\n";
+  start_daemon(options);
+  std::vector<pid_t> waiting;
+  ASSERT_TRUE(eventually(
+      [&] {
+        waiting = waiting_launchers_of(daemon_->pid());
+        return waiting.size() == 1;
+      },
+      10s))
+      << describe(children_of(daemon_->pid()));
+  const pid_t stopped = waiting.front();
+  ASSERT_EQ(kill(stopped, SIGSTOP), 0);
+  RunningClient walker(caller(),
+                       {daemon_->client(), "security", "launch", "--role", "core", "--project-root",
+                        project_, "--stdio", "--socket", daemon_->socket_path()});
+  ASSERT_TRUE(walker.write_all("echo walked\n"));
+  // The walker's session cgroup is made right before it takes the stopped launcher, on the
+  // event loop: once it is there, the writer's launch can only get a fresh launcher.
+  ASSERT_TRUE(eventually([] { return !session_cgroup_dirs().empty(); }, 10s)) << daemon_->log();
+
+  RunningClient writer(
+      caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
+                 project_, "--stdio", "--socket", daemon_->socket_path()});
+  ASSERT_TRUE(writer.write_all("echo ready\n"));
+  EXPECT_TRUE(eventually(
+      [&] {
+        const auto processes = processes_of(workspace_user().uid);
+        return !processes.empty() && std::all_of(processes.begin(), processes.end(), [](pid_t pid) {
+          return cgroup_frozen(pid) == std::optional<bool>(true);
+        });
+      },
+      10s))
+      << daemon_->log();
+  ASSERT_EQ(kill(stopped, SIGCONT), 0);
+  EXPECT_TRUE(walker.read_until("walked", 20s)) << walker.out() << daemon_->log();
+  EXPECT_TRUE(writer.read_until("ready", 20s)) << writer.out() << daemon_->log();
+}
+
+// Without cgroups (`allow_unlimited`) there is no freezer: the launch goes on beside the
+// writer, and the log says so.
+TEST_F(ConfinementTest, WithoutAFreezerAWalkBesideAWriterIsLogged) {
+  DaemonOptions options;
+  options.without_cgroups = true;
+  start_daemon(options);
+  const auto [same, same_pid] = start_sleeper(project_, "1003");
+  ASSERT_GT(same_pid, 0);
+  const RunResult r = sh("echo walked", "core");
+  EXPECT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out, "walked\n");
+  EXPECT_NE(daemon_->log().find("_walk_unpaused\",\"session\""), std::string::npos)
+      << daemon_->log();
 }
 
 // Only the daemon starts pando-helper-sandbox (as its launcher template, with
