@@ -222,7 +222,7 @@ void Session::handle_launch_request(const wire::ValidRequest& request, bool self
           prepared->error = std::current_exception();
         }
       },
-      [this, prepared] { on_launch_prepared(*prepared); },
+      [this, prepared] { on_launch_prepared(prepared); },
       [this] {
         reject(v1::ERROR_PROJECT_TIMEOUT,
                fmt::format("project {} did not answer within {} ms (is its filesystem hung?)",
@@ -230,13 +230,15 @@ void Session::handle_launch_request(const wire::ValidRequest& request, bool self
       });
 }
 
-void Session::on_launch_prepared(Prepared& prepared) {
-  if (prepared.error) std::rethrow_exception(prepared.error);
-  if (!prepared.launch.auth_home_note.empty()) {
-    log::warn("auth_home_skipped", {{"session", id_}, {"reason", prepared.launch.auth_home_note}});
+void Session::on_launch_prepared(std::shared_ptr<Prepared> prepared) {
+  if (prepared->error) std::rethrow_exception(prepared->error);
+  if (writes_project() && walk_open_elsewhere()) return defer_launch(std::move(prepared));
+  if (!prepared->launch.auth_home_note.empty()) {
+    log::warn("auth_home_skipped", {{"session", id_}, {"reason", prepared->launch.auth_home_note}});
   }
   open_walk_window();
-  start_launch(daemon_, id_, peer_, role_, prepared.launch, direct_ ? &*direct_ : nullptr, launch_);
+  start_launch(daemon_, id_, peer_, role_, prepared->launch, direct_ ? &*direct_ : nullptr,
+               launch_);
   watch_launcher();
   control_.assign(launch_.sandbox.control.release());
   if (direct_) {
@@ -358,16 +360,28 @@ void Session::handle_sandbox_event(const sbv1::SandboxEvent& event) {
   }
 }
 
+// A workspace launch waits while another launch of its project walks it (session_walk.cc).
+void Session::defer_launch(std::shared_ptr<Prepared> prepared) {
+  deferred_launch_ = std::move(prepared);
+  log::info("launch_waits_for_walk", {{"session", id_}, {"project_root", project_root_}});
+  handshake_timer_.expires_after(kSetupTimeout);
+  handshake_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (!ec && self->deferred_launch_) {
+      self->reject(v1::ERROR_LAUNCH_FAILED,
+                   "another launch of " + self->project_root_ +
+                       " did not finish looking for secret files in it in time");
+    }
+  });
+}
+
+void Session::resume_deferred_launch() {
+  if (!deferred_launch_ || state() != State::kResolving || walk_open_elsewhere()) return;
+  handshake_timer_.cancel();
+  auto prepared = std::move(deferred_launch_);
+  guarded([&] { on_launch_prepared(std::move(prepared)); });
+}
+
 void Session::begin_running() {
-  try {
-    wait_for_other_walks();
-  } catch (const Error& e) {
-    close_walk_window();
-    return reject(e.code(),
-                  "this session could not be paused while another one's launcher "
-                  "looks for secret files in " +
-                      project_root_ + ": " + e.what());
-  }
   close_walk_window();
   protocol_.running(direct_stdio_);
   accepted_ = true;
@@ -536,6 +550,7 @@ void Session::send_exit() {
 
 void Session::close() {
   close_walk_window();
+  deferred_launch_.reset();
   boost::system::error_code ignored;
   protocol_.close();
   handshake_timer_.cancel();

@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <memory>
 #include <string>
 
 #include "common/json_log.h"
@@ -8,11 +11,14 @@
 // The walk follows paths, so another session of the same caller that can write the project
 // could move a directory out of the walk's way and back while it runs, and a `.env` in it would
 // go unmasked. So from the moment a session's plan is sent until its launcher reports (the walk
-// window), every session that could do that is paused in its cgroup's freezer: the caller's
-// workspace sessions whose project overlaps this one. Pauses are counted: a session paused by
-// two windows runs again when both have closed. Where the host gives sessions no freezer
-// (`cgroups.allow_unlimited`), nothing can be paused: each such walk is logged as unpaused.
-// Everything here runs on the event loop.
+// window), no such session runs:
+// - the caller's workspace sessions whose project overlaps this one and whose launcher was
+//   taken are paused in their cgroup's freezer, and resumed when the window closes (pauses are
+//   counted: a session paused by two windows runs again when both have closed);
+// - a workspace launch of an overlapping project that is ready meanwhile waits, its plan not
+//   sent, until no such window is open; its launcher and role do not exist yet.
+// Where the host gives sessions no freezer (`cgroups.allow_unlimited`), nothing can be paused:
+// each such walk is logged as unpaused. Everything here runs on the event loop.
 
 namespace pando::daemon {
 
@@ -78,22 +84,26 @@ void Session::open_walk_window() {
 }
 
 void Session::close_walk_window() noexcept {
+  if (!walk_window_open_) return;
   walk_window_open_ = false;
   for (const auto& weak : paused_for_walk_) {
     if (const auto paused = weak.lock()) paused->resume_after_walk();
   }
   paused_for_walk_.clear();
+  // Writers waiting for this window try again, each after the current handler.
+  for (const auto& other : daemon_.sessions()) {
+    if (!other->deferred_launch_ || !shares_project_with(*other)) continue;
+    boost::asio::post(socket_.get_executor(), [waiting = std::weak_ptr<Session>(other)] {
+      if (const auto session = waiting.lock()) session->resume_deferred_launch();
+    });
+  }
 }
 
-// This role starts while another launch of the project may still be walking it: it waits in
-// the freezer until that walk is over. Called before this session's own window closes, so that
-// the walks it paused resume only with this role paused in turn.
-void Session::wait_for_other_walks() {
-  if (!writes_project()) return;
-  for (const auto& other : daemon_.sessions()) {
-    if (!other->walk_window_open_ || !shares_project_with(*other)) continue;
-    if (pause_for_walk(*other)) other->paused_for_walk_.push_back(shared_from_this());
-  }
+bool Session::walk_open_elsewhere() const {
+  const auto& sessions = daemon_.sessions();
+  return std::any_of(sessions.begin(), sessions.end(), [this](const auto& other) {
+    return other->walk_window_open_ && shares_project_with(*other);
+  });
 }
 
 }  // namespace pando::daemon
