@@ -27,8 +27,6 @@ namespace sbv1 = pando::helper::sandbox::v1;
 
 namespace {
 
-constexpr auto kSetupTimeout = std::chrono::seconds(30);
-
 bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 
 }  // namespace
@@ -114,8 +112,7 @@ void Session::receive_request() {
 }
 
 // The one place a request's pando::Error becomes the client's answer.
-template <typename Work>
-void Session::guarded(Work&& work) {
+void Session::guarded(const std::function<void()>& work) {
   try {
     work();
   } catch (const Error& e) {
@@ -358,27 +355,6 @@ void Session::handle_sandbox_event(const sbv1::SandboxEvent& event) {
     role_exit_ = event.role_exited();
     maybe_finish();
   }
-}
-
-// A workspace launch waits while another launch of its project walks it (session_walk.cc).
-void Session::defer_launch(std::shared_ptr<Prepared> prepared) {
-  deferred_launch_ = std::move(prepared);
-  log::info("launch_waits_for_walk", {{"session", id_}, {"project_root", project_root_}});
-  handshake_timer_.expires_after(kSetupTimeout);
-  handshake_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (!ec && self->deferred_launch_) {
-      self->reject(v1::ERROR_LAUNCH_FAILED,
-                   "another launch of " + self->project_root_ +
-                       " did not finish looking for secret files in it in time");
-    }
-  });
-}
-
-void Session::resume_deferred_launch() {
-  if (!deferred_launch_ || state() != State::kResolving || walk_open_elsewhere()) return;
-  handshake_timer_.cancel();
-  auto prepared = std::move(deferred_launch_);
-  guarded([&] { on_launch_prepared(std::move(prepared)); });
 }
 
 void Session::begin_running() {

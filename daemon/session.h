@@ -54,6 +54,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   using State = wire::SessionState;
+  // How long a launcher may take to set up, and a launch may wait for another one's walk.
+  static constexpr std::chrono::seconds kSetupTimeout{30};
   // What moving stdin data came to.
   enum class Step { kContinue, kWaitClient, kWaitPipe, kGone };
 
@@ -71,8 +73,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Handshake.
   void wait_readable();
   void receive_request();
-  template <typename Work>
-  void guarded(Work&& work);
+  // Runs `work`; a pando::Error (or another exception) it throws rejects the request.
+  void guarded(const std::function<void()>& work);
   void handle_launch_request(const wire::ValidRequest& request, bool selftest);
   void handle_status_request(const std::string& root);
   void send_status(const pando::helper::v1::Status& status);

@@ -22,6 +22,8 @@
 
 namespace pando::daemon {
 
+namespace v1 = pando::helper::v1;
+
 namespace {
 
 bool same_or_under(const std::string& path, const std::string& tree) {
@@ -104,6 +106,27 @@ bool Session::walk_open_elsewhere() const {
   return std::any_of(sessions.begin(), sessions.end(), [this](const auto& other) {
     return other->walk_window_open_ && shares_project_with(*other);
   });
+}
+
+// A workspace launch waits while another launch of its project walks it (session_walk.cc).
+void Session::defer_launch(std::shared_ptr<Prepared> prepared) {
+  deferred_launch_ = std::move(prepared);
+  log::info("launch_waits_for_walk", {{"session", id_}, {"project_root", project_root_}});
+  handshake_timer_.expires_after(kSetupTimeout);
+  handshake_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (!ec && self->deferred_launch_) {
+      self->reject(v1::ERROR_LAUNCH_FAILED,
+                   "another launch of " + self->project_root_ +
+                       " did not finish looking for secret files in it in time");
+    }
+  });
+}
+
+void Session::resume_deferred_launch() {
+  if (!deferred_launch_ || state() != State::kResolving || walk_open_elsewhere()) return;
+  handshake_timer_.cancel();
+  auto prepared = std::move(deferred_launch_);
+  guarded([&] { on_launch_prepared(std::move(prepared)); });
 }
 
 }  // namespace pando::daemon
