@@ -229,7 +229,6 @@ void Session::handle_launch_request(const wire::ValidRequest& request, bool self
 
 void Session::on_launch_prepared(std::shared_ptr<Prepared> prepared) {
   if (prepared->error) std::rethrow_exception(prepared->error);
-  if (writes_project() && walk_open_elsewhere()) return defer_launch(std::move(prepared));
   if (!prepared->launch.auth_home_note.empty()) {
     log::warn("auth_home_skipped", {{"session", id_}, {"reason", prepared->launch.auth_home_note}});
   }
@@ -358,6 +357,11 @@ void Session::handle_sandbox_event(const sbv1::SandboxEvent& event) {
 }
 
 void Session::begin_running() {
+  try {
+    wait_for_other_walks();
+  } catch (const Error& e) {
+    return reject(e.code(), e.what());
+  }
   close_walk_window();
   protocol_.running(direct_stdio_);
   accepted_ = true;
@@ -526,7 +530,6 @@ void Session::send_exit() {
 
 void Session::close() {
   close_walk_window();
-  deferred_launch_.reset();
   boost::system::error_code ignored;
   protocol_.close();
   handshake_timer_.cancel();

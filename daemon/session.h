@@ -107,9 +107,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // Throws pando::Error naming the session that could not be paused.
   void open_walk_window();
   void close_walk_window() noexcept;
-  bool walk_open_elsewhere() const;
-  void defer_launch(std::shared_ptr<Prepared> prepared);
-  void resume_deferred_launch();
+  // Throws pando::Error when this session cannot be paused for another walk.
+  void wait_for_other_walks();
 
   // Relay (session_relay.cc): client -> child stdin.
   void pump_input();
@@ -169,8 +168,6 @@ class Session : public std::enable_shared_from_this<Session> {
   bool walk_window_open_ = false;
   unsigned walk_pauses_ = 0;  // open walk windows of other sessions that paused this one
   std::vector<std::weak_ptr<Session>> paused_for_walk_;  // by this session's walk window
-  // A writer's launch, ready, waiting until no other walk window of its project is open.
-  std::shared_ptr<Prepared> deferred_launch_;
   std::optional<pando::helper::sandbox::v1::SandboxEvent::RoleExited> role_exit_;
   pando::helper::v1::EndReason end_reason_ = pando::helper::v1::END_CHILD_EXITED;
   std::string end_message_;

@@ -1,5 +1,3 @@
-#include <algorithm>
-#include <boost/asio/post.hpp>
 #include <memory>
 #include <string>
 
@@ -12,17 +10,17 @@
 // could move a directory out of the walk's way and back while it runs, and a `.env` in it would
 // go unmasked. So from the moment a session's plan is sent until its launcher reports (the walk
 // window), no such session runs:
-// - the caller's workspace sessions whose project overlaps this one and whose launcher was
-//   taken are paused in their cgroup's freezer, and resumed when the window closes (pauses are
-//   counted: a session paused by two windows runs again when both have closed);
-// - a workspace launch of an overlapping project that is ready meanwhile waits, its plan not
-//   sent, until no such window is open; its launcher and role do not exist yet.
+// - opening a window pauses, in their cgroup's freezer, the caller's sessions of an overlapping
+//   project that are workspace sessions with a launcher taken, or are walking themselves (any
+//   role): only the newest walk goes on, and a window never waits for an older one, so none
+//   waits for another in a circle. Closing it resumes them; pauses are counted, so a session
+//   paused by two windows runs again when both have closed.
+// - a workspace role that starts while another window of its project is open pauses itself
+//   before its own window closes (wait_for_other_walks).
 // Where the host gives sessions no freezer (`cgroups.allow_unlimited`), nothing can be paused:
 // each such walk is logged as unpaused. Everything here runs on the event loop.
 
 namespace pando::daemon {
-
-namespace v1 = pando::helper::v1;
 
 namespace {
 
@@ -48,10 +46,11 @@ bool Session::may_write_during_walk() const { return writes_project() && launche
 bool Session::pause_for_walk(const Session& walker) {
   if (walk_pauses_ == 0) {
     if (!launch_.cgroup || !launch_.cgroup->can_freeze()) {
-      log::warn("walk_unpaused", {{"session", walker.id_},
-                                  {"writer", id_},
-                                  {"project_root", walker.project_root_},
-                                  {"reason", std::string("no cgroup freezer for the writer")}});
+      log::warn("walk_unpaused",
+                {{"session", walker.id_},
+                 {"other_session", id_},
+                 {"project_root", walker.project_root_},
+                 {"reason", std::string("no cgroup freezer for the other session")}});
       return false;
     }
     launch_.cgroup->set_frozen(true);
@@ -72,7 +71,8 @@ void Session::resume_after_walk() noexcept {
 void Session::open_walk_window() {
   try {
     for (const auto& other : daemon_.sessions()) {
-      if (!shares_project_with(*other) || !other->may_write_during_walk()) continue;
+      if (!shares_project_with(*other)) continue;
+      if (!other->may_write_during_walk() && !other->walk_window_open_) continue;
       if (other->pause_for_walk(*this)) paused_for_walk_.push_back(other);
     }
   } catch (const Error& e) {
@@ -86,47 +86,23 @@ void Session::open_walk_window() {
 }
 
 void Session::close_walk_window() noexcept {
-  if (!walk_window_open_) return;
   walk_window_open_ = false;
   for (const auto& weak : paused_for_walk_) {
     if (const auto paused = weak.lock()) paused->resume_after_walk();
   }
   paused_for_walk_.clear();
-  // Writers waiting for this window try again, each after the current handler.
+}
+
+// This role has started while another launch of its project may still be walking it: it waits
+// in the freezer until that walk is through. Called before this session's own window closes:
+// that window paused every other walk of the project, so none went on while this role ran
+// unpaused, and they resume only with it paused.
+void Session::wait_for_other_walks() {
+  if (!writes_project()) return;
   for (const auto& other : daemon_.sessions()) {
-    if (!other->deferred_launch_ || !shares_project_with(*other)) continue;
-    boost::asio::post(socket_.get_executor(), [waiting = std::weak_ptr<Session>(other)] {
-      if (const auto session = waiting.lock()) session->resume_deferred_launch();
-    });
+    if (!other->walk_window_open_ || !shares_project_with(*other)) continue;
+    if (pause_for_walk(*other)) other->paused_for_walk_.push_back(shared_from_this());
   }
-}
-
-bool Session::walk_open_elsewhere() const {
-  const auto& sessions = daemon_.sessions();
-  return std::any_of(sessions.begin(), sessions.end(), [this](const auto& other) {
-    return other->walk_window_open_ && shares_project_with(*other);
-  });
-}
-
-// A workspace launch waits while another launch of its project walks it (session_walk.cc).
-void Session::defer_launch(std::shared_ptr<Prepared> prepared) {
-  deferred_launch_ = std::move(prepared);
-  log::info("launch_waits_for_walk", {{"session", id_}, {"project_root", project_root_}});
-  handshake_timer_.expires_after(kSetupTimeout);
-  handshake_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-    if (!ec && self->deferred_launch_) {
-      self->reject(v1::ERROR_LAUNCH_FAILED,
-                   "another launch of " + self->project_root_ +
-                       " did not finish looking for secret files in it in time");
-    }
-  });
-}
-
-void Session::resume_deferred_launch() {
-  if (!deferred_launch_ || state() != State::kResolving || walk_open_elsewhere()) return;
-  handshake_timer_.cancel();
-  auto prepared = std::move(deferred_launch_);
-  guarded([&] { on_launch_prepared(std::move(prepared)); });
 }
 
 }  // namespace pando::daemon

@@ -785,11 +785,10 @@ TEST_F(ConfinementTest, AnotherWriterOfTheProjectIsPausedWhileALauncherWalksIt) 
   EXPECT_EQ(daemon_->log().find("walk_unpaused"), std::string::npos);
 }
 
-// A workspace launch that is ready while another launch of its project walks it waits, its plan
-// not sent (no launcher taken, no role), until that walk is through: a role started then would
-// run beside the walk before the daemon could pause it. The walking launch takes the one
-// prestarted launcher, stopped here.
-TEST_F(ConfinementTest, AWriterWaitsForAnotherWalkOfItsProject) {
+// A workspace role that starts while another launch of its project still walks it waits in the
+// freezer until that walk is through. The walking launch takes the one prestarted launcher,
+// stopped here, so its walk window stays open; the writer's launch gets a fresh launcher.
+TEST_F(ConfinementTest, AWriterStartingDuringAnotherWalkWaitsForIt) {
   DaemonOptions options;
   options.extra_config = "prestarted_sandboxes: 1\n";
   start_daemon(options);
@@ -814,14 +813,25 @@ TEST_F(ConfinementTest, AWriterWaitsForAnotherWalkOfItsProject) {
   RunningClient writer(
       caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
                  project_, "--stdio", "--socket", daemon_->socket_path()});
-  ASSERT_TRUE(writer.write_all("echo ready\n"));
+  ASSERT_TRUE(writer.write_all("echo ready; exec sleep 1004\n"));
   EXPECT_TRUE(eventually(
-      [&] { return daemon_->log().find("_launch_waits_for_walk\"") != std::string::npos; }, 10s))
+      [&] {
+        const auto processes = processes_of(workspace_user().uid);
+        return !processes.empty() && std::all_of(processes.begin(), processes.end(), [](pid_t pid) {
+          return cgroup_frozen(pid) == std::optional<bool>(true);
+        });
+      },
+      10s))
       << daemon_->log();
-  EXPECT_TRUE(processes_of(workspace_user().uid).empty());
   ASSERT_EQ(kill(stopped, SIGCONT), 0);
   EXPECT_TRUE(walker.read_until("walked", 20s)) << walker.out() << daemon_->log();
   EXPECT_TRUE(writer.read_until("ready", 20s)) << writer.out() << daemon_->log();
+  EXPECT_TRUE(eventually(
+      [] {
+        const pid_t sleeper = process_with_args({"sleep", "1004"});
+        return sleeper > 0 && cgroup_frozen(sleeper) == std::optional<bool>(false);
+      },
+      10s));
 }
 
 // Without cgroups (`allow_unlimited`) there is no freezer: the launch goes on beside the
