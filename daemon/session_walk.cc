@@ -10,13 +10,13 @@
 // could move a directory out of the walk's way and back while it runs, and a `.env` in it would
 // go unmasked. So from the moment a session's plan is sent until its launcher reports (the walk
 // window), no such session runs:
-// - opening a window pauses, in their cgroup's freezer, the caller's sessions of an overlapping
-//   project that are workspace sessions with a launcher taken, or are walking themselves (any
-//   role): only the newest walk goes on, and a window never waits for an older one, so none
-//   waits for another in a circle. Closing it resumes them; pauses are counted, so a session
-//   paused by two windows runs again when both have closed.
+// - opening a window pauses, in their cgroup's freezer, the caller's workspace sessions of an
+//   overlapping project whose launcher was taken (running, or still setting up); closing it
+//   resumes them. Pauses are counted: a session paused by two windows runs again when both
+//   have closed. Walks of other roles go on side by side.
 // - a workspace role that starts while another window of its project is open pauses itself
-//   before its own window closes (wait_for_other_walks).
+//   (wait_for_other_walks). Between its start and the daemon seeing it, it runs: beside a core
+//   launch's walk that began before its own window, it is unpaused that long (SECURITY.md).
 // Where the host gives sessions no freezer (`cgroups.allow_unlimited`), nothing can be paused:
 // each such walk is logged as unpaused. Everything here runs on the event loop.
 
@@ -71,8 +71,7 @@ void Session::resume_after_walk() noexcept {
 void Session::open_walk_window() {
   try {
     for (const auto& other : daemon_.sessions()) {
-      if (!shares_project_with(*other)) continue;
-      if (!other->may_write_during_walk() && !other->walk_window_open_) continue;
+      if (!shares_project_with(*other) || !other->may_write_during_walk()) continue;
       if (other->pause_for_walk(*this)) paused_for_walk_.push_back(other);
     }
   } catch (const Error& e) {
@@ -94,9 +93,8 @@ void Session::close_walk_window() noexcept {
 }
 
 // This role has started while another launch of its project may still be walking it: it waits
-// in the freezer until that walk is through. Called before this session's own window closes:
-// that window paused every other walk of the project, so none went on while this role ran
-// unpaused, and they resume only with it paused.
+// in the freezer until that walk is through. Called before this session's own window closes, so
+// that the writers that window paused resume only with this one paused in turn.
 void Session::wait_for_other_walks() {
   if (!writes_project()) return;
   for (const auto& other : daemon_.sessions()) {
