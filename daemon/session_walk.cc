@@ -10,13 +10,12 @@
 // could move a directory out of the walk's way and back while it runs, and a `.env` in it would
 // go unmasked. So from the moment a session's plan is sent until its launcher reports (the walk
 // window), no such session runs:
-// - opening a window pauses, in their cgroup's freezer, the caller's workspace sessions of an
-//   overlapping project whose launcher was taken (running, or still setting up); closing it
-//   resumes them. Pauses are counted: a session paused by two windows runs again when both
-//   have closed. Walks of other roles go on side by side.
+// - opening a window pauses, in their cgroup's freezer, the caller's running workspace sessions
+//   of an overlapping project; closing it resumes them. Pauses are counted: a session paused by
+//   two windows runs again when both have closed. Walks go on side by side.
 // - a workspace role that starts while another window of its project is open pauses itself
-//   (wait_for_other_walks). Between its start and the daemon seeing it, it runs: beside a core
-//   launch's walk that began before its own window, it is unpaused that long (SECURITY.md).
+//   (wait_for_other_walks). Between its start and the daemon seeing it, it runs unpaused beside
+//   that walk (SECURITY.md, "Not done yet").
 // Where the host gives sessions no freezer (`cgroups.allow_unlimited`), nothing can be paused:
 // each such walk is logged as unpaused. Everything here runs on the event loop.
 
@@ -40,8 +39,10 @@ bool Session::shares_project_with(const Session& other) const {
          same_or_under(other.project_root_, project_root_);
 }
 
-// A writer whose launcher was taken may be running its role, or about to.
-bool Session::may_write_during_walk() const { return writes_project() && launched_ && !finished_; }
+// A writer whose role runs. One still setting up pauses itself when its role starts, if a window
+// of its project is still open then (wait_for_other_walks): pausing it here would make every
+// launch of a busy project wait for the newer ones.
+bool Session::may_write_during_walk() const { return writes_project() && accepted_ && !finished_; }
 
 bool Session::pause_for_walk(const Session& walker) {
   if (walk_pauses_ == 0) {
