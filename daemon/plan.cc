@@ -78,7 +78,9 @@ sbv1::SandboxPlan build_plan(v1::Role role, const RoleConfig& role_config, const
   // The environment, from scratch. Nothing of the client's reaches it.
   plan.add_env(std::string("PATH=") + kSandboxPath);
   plan.add_env("HOME=" + sandbox_home + "/home");
-  plan.add_env("TMPDIR=" + sandbox_home + "/tmp");
+  // The session's private tmpfs: the only writable place, with /dev/shm, that holds FIFOs and
+  // sockets (SECURITY.md, step 17).
+  plan.add_env("TMPDIR=/tmp");
   plan.add_env("XDG_CACHE_HOME=" + sandbox_home + "/cache");
   plan.add_env("XDG_CONFIG_HOME=" + sandbox_home + "/config");
   plan.add_env("XDG_DATA_HOME=" + sandbox_home + "/data");

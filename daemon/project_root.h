@@ -21,7 +21,7 @@ struct ResolvedProject {
 };
 
 // Subdirectories of <project>/.pando-sandbox/<role>/ the daemon creates.
-inline constexpr const char* kSandboxSubdirs[] = {"home", "tmp", "cache", "config", "data"};
+inline constexpr const char* kSandboxSubdirs[] = {"home", "cache", "config", "data"};
 
 // Refuses system locations and home directories themselves (string check on
 // an already normalized path) with ERROR_PATH_FORBIDDEN.

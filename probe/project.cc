@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -80,33 +81,46 @@ void check_git_rename() {
   expect_failure("project.git_rename", result);
 }
 
-// Only Landlock keeps FIFOs and sockets out of the project.
-void check_project_fifo(int abi) {
-  if (!workspace()) return skip("project.fifo", "core's project is read-only as a whole");
-  if (abi < 1) return skip("project.fifo", "Landlock unavailable: FIFOs are not refused");
-  const std::string path = project_root() + "/pando-selftest-fifo";
+// Only Landlock keeps FIFOs and sockets out of the project and the role's home, which are on
+// disk: a socket bound there is reachable by any process that can open its path, another
+// session of the caller included.
+void check_no_fifo_in(const std::string& check, const std::string& dir, int abi) {
+  if (abi < 1) return skip(check, "Landlock unavailable: FIFOs are not refused");
+  const std::string path = dir + "/pando-selftest-fifo";
   const int result = mkfifo(path.c_str(), 0600);
   if (result == 0) unlink(path.c_str());
-  expect_errno("project.fifo", result, EACCES);
+  expect_errno(check, result, EACCES);
 }
 
-void check_project_socket(int abi) {
-  if (!workspace()) return skip("project.unix_socket", "core's project is read-only as a whole");
-  if (abi < 1) return skip("project.unix_socket", "Landlock unavailable: sockets are not refused");
+void check_no_socket_in(const std::string& check, const std::string& dir, int abi) {
+  if (abi < 1) return skip(check, "Landlock unavailable: sockets are not refused");
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  const std::string path = project_root() + "/pando-selftest.sock";
-  if (path.size() >= sizeof(addr.sun_path))
-    return skip("project.unix_socket", "project path too long");
+  const std::string path = dir + "/pando-selftest.sock";
+  if (path.size() >= sizeof(addr.sun_path)) return skip(check, dir + ": path too long");
   std::strcpy(addr.sun_path, path.c_str());
-  const int fd = socket_for("project.unix_socket", AF_UNIX, SOCK_STREAM);
+  const int fd = socket_for(check, AF_UNIX, SOCK_STREAM);
   if (fd < 0) return;
   const int result = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   const int err = errno;
   close(fd);
   if (result == 0) unlink(path.c_str());
   errno = err;
-  expect_errno("project.unix_socket", result, EACCES);
+  expect_errno(check, result, EACCES);
+}
+
+void check_fifos_and_sockets(int abi) {
+  if (workspace()) {
+    check_no_fifo_in("project.fifo", project_root(), abi);
+    check_no_socket_in("project.unix_socket", project_root(), abi);
+  } else {
+    skip("project.fifo", "core's project is read-only as a whole");
+    skip("project.unix_socket", "core's project is read-only as a whole");
+  }
+  const char* home = getenv("HOME");
+  if (home == nullptr) return fail("home.fifo", "HOME is not set");
+  check_no_fifo_in("home.fifo", home, abi);
+  check_no_socket_in("home.unix_socket", home, abi);
 }
 
 void check_other_role_home() {
@@ -128,8 +142,7 @@ void project_checks(int abi) {
   check_git_config();
   check_git_hooks();
   check_git_rename();
-  check_project_fifo(abi);
-  check_project_socket(abi);
+  check_fifos_and_sockets(abi);
   check_other_role_home();
 }
 

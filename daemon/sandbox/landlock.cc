@@ -74,12 +74,15 @@ constexpr uint64_t kFileOnlyRights =
 //   Terminal   READ_FILE WRITE_FILE READ_DIR IOCTL_DEV
 //   ReadWrite  every handled right except MAKE_CHAR MAKE_BLOCK IOCTL_DEV
 //              (no device nodes or device ioctls in writable trees)
-//   Project    ReadWrite except MAKE_FIFO MAKE_SOCK: what the role makes
-//              there is the caller's on the host, where a FIFO hangs the
-//              tools that open it and a socket is a channel into the sandbox
-//              for any process that connects. Rights add up along the tree,
-//              so the sandbox home below the project (its own rule) keeps
-//              both.
+//   OnDisk     ReadWrite except MAKE_FIFO MAKE_SOCK: what the role makes in
+//              the project (its sandbox home included) is the caller's on the
+//              host, where a FIFO hangs the tools that open it, and a bound
+//              socket is reachable by every process that can open its path,
+//              whatever its network namespace: another session of the caller
+//              (the sandbox home is shared by every session of the role, and
+//              the other role reads it) could connect and receive fds, the
+//              caller's terminal among them. Only the session's private /tmp
+//              and /dev/shm take FIFOs and sockets.
 //
 //   path                                   kind
 //   /                                      List (the view's own minimal root;
@@ -91,22 +94,23 @@ constexpr uint64_t kFileOnlyRights =
 //   /dev/{null,zero,full,random,urandom}   Device
 //   /dev/tty /dev/ptmx /dev/pts            Terminal (no controlling tty after
 //                                          setsid; ptys the role opens itself)
-//   /dev/shm /tmp sandbox_home             ReadWrite (/tmp and /dev/shm:
-//                                          Project where they hold a writable
-//                                          project)
+//   /dev/shm /tmp                          ReadWrite (OnDisk where they hold
+//                                          the project: rights add up along
+//                                          the path)
+//   sandbox_home                           OnDisk
 //   auth_home_target (if has_auth_home)    ReadExec: its mount is read-only,
 //                                          and a rule follows the directory
 //                                          wherever it is reached, so a
 //                                          writable grant here would also
 //                                          hold inside a project that
 //                                          contains the caller's home
-//   project_root                           Project if project_writable,
+//   project_root                           OnDisk if project_writable,
 //                                          else ReadExec
 //
 // Network (ABI >= 4): BIND_TCP and CONNECT_TCP handled with no rule, so every
 // TCP bind/connect is denied. Scopes (ABI >= 6): abstract unix sockets and
 // signals limited to the role's own Landlock domain.
-enum class Kind { kList, kReadExec, kReadOnly, kDevice, kTerminal, kReadWrite, kProject };
+enum class Kind { kList, kReadExec, kReadOnly, kDevice, kTerminal, kReadWrite, kOnDisk };
 
 uint64_t rights_of(Kind kind, uint64_t handled_fs) {
   switch (kind) {
@@ -122,7 +126,7 @@ uint64_t rights_of(Kind kind, uint64_t handled_fs) {
       return kFsReadFile | kFsWriteFile | kFsReadDir | kFsIoctlDev;
     case Kind::kReadWrite:
       return handled_fs & ~(kFsMakeChar | kFsMakeBlock | kFsIoctlDev);
-    case Kind::kProject:
+    case Kind::kOnDisk:
       return rights_of(Kind::kReadWrite, handled_fs) & ~(kFsMakeFifo | kFsMakeSock);
   }
   return 0;
@@ -286,10 +290,10 @@ int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan) {
 
   const uint64_t fs = attr.handled_access_fs;
   // Rights add up along the path: a writable tree that holds the project (a project below
-  // /tmp) must not grant what the project itself may not have.
+  // /tmp) must not grant what the project itself may not have. The read-only project holds the
+  // role's writable home.
   const auto writable = [&plan](const std::string& path) {
-    return plan.project_writable() && holds(path, plan.project_root()) ? Kind::kProject
-                                                                       : Kind::kReadWrite;
+    return holds(path, plan.project_root()) ? Kind::kOnDisk : Kind::kReadWrite;
   };
   for (const PathRule& rule : kSystemRules) {
     add_path_rule(ruleset.get(), rule.path,
@@ -299,8 +303,8 @@ int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan) {
     add_path_rule(ruleset.get(), path, Kind::kReadExec, fs);
   }
   add_path_rule(ruleset.get(), plan.project_root(),
-                plan.project_writable() ? Kind::kProject : Kind::kReadExec, fs);
-  add_path_rule(ruleset.get(), plan.sandbox_home(), Kind::kReadWrite, fs);
+                plan.project_writable() ? Kind::kOnDisk : Kind::kReadExec, fs);
+  add_path_rule(ruleset.get(), plan.sandbox_home(), Kind::kOnDisk, fs);
   if (plan.has_auth_home()) {
     add_path_rule(ruleset.get(), plan.auth_home_target(), Kind::kReadExec, fs);
   }

@@ -15,7 +15,8 @@ std::string landlock_status_detail();
 
 // Restricts the calling thread (and its future children) with Landlock:
 // read+execute on system paths, read-write (workspace) or read-only (core) on
-// the project, read-write on the sandbox HOME/TMPDIR and /tmp; with ABI >= 4
+// the project, read-write on the sandbox home and /tmp (FIFOs and sockets only
+// in the private /tmp and /dev/shm); with ABI >= 4
 // no TCP bind/connect; with ABI >= 6 abstract unix sockets and signals scoped.
 // Paths are as seen after pivot_root. Returns the ABI used (0 when the kernel
 // has none, which throws Error instead when plan.require_landlock()).

@@ -371,5 +371,86 @@ TEST_F(TerminalStdioTest, ABackgroundJobKeepsTheTerminalToItself) {
   EXPECT_TRUE(nothing_of_the_session_left());
 }
 
+// Issue 24, finding 1: sessions of one caller share their role's home on disk, and the other
+// role reads it. A session bound a Unix socket there, a later session with the caller's
+// terminal connected and sent its fds 0 and 1 (SCM_RIGHTS), then ended: the first kept
+// reading what the caller typed in their shell afterwards. A path socket is reachable across
+// network namespaces and Landlock does not scope path sockets, so no session may bind one
+// anywhere another can reach; only its private /tmp and /dev/shm take them.
+TEST_F(TerminalStdioTest, NoSessionGetsTheTerminalOfAnotherAfterItEnded) {
+  start();
+  const std::string listen_py = daemon_->dir().write_file(
+      "proj/listen.py",
+      "import array, os, select, socket, sys\n"
+      "bound = []\n"
+      "for path in sys.argv[1:]:\n"
+      "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+      "    try:\n"
+      "        s.bind(path); s.listen(1); bound.append(s); print('bound', path, flush=True)\n"
+      "    except OSError as e:\n"
+      "        print('refused', path, e.errno, flush=True)\n"
+      "print('listening', flush=True)\n"
+      "sys.stdin.readline()\n"
+      "for s in bound:\n"
+      "    s.setblocking(False)\n"
+      "    try:\n"
+      "        c, _ = s.accept()\n"
+      "    except BlockingIOError:\n"
+      "        continue\n"
+      "    _, anc, _, _ = c.recvmsg(16, socket.CMSG_SPACE(8))\n"
+      "    fds = array.array('i')\n"
+      "    for _, _, data in anc:\n"
+      "        fds.frombytes(data[:len(data) - len(data) % 4])\n"
+      "    print('received', len(fds), flush=True)\n"
+      "    if fds and select.select([fds[0]], [], [], 5)[0]:\n"
+      "        print('read', os.read(fds[0], 100), flush=True)\n"
+      "print('done', flush=True)\n",
+      caller());
+  const std::string send_py = daemon_->dir().write_file(
+      "proj/send.py",
+      "import array, socket, sys\n"
+      "for path in sys.argv[1:]:\n"
+      "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+      "    try:\n"
+      "        s.connect(path)\n"
+      "    except OSError:\n"
+      "        continue\n"
+      "    s.sendmsg([b'x'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [0, 1]))])\n"
+      "    print('sent-via', path, flush=True)\n"
+      "    break\n"
+      "else:\n"
+      "    print('no-peer', flush=True)\n",
+      caller());
+  const std::string homes = project_ + "/.pando-sandbox/";
+  for (const std::string role : {"workspace", "core"}) {
+    SCOPED_TRACE(role);
+    const std::string home = homes + role + "/home";
+    const std::string places = home + "/s " + project_ + "/s /tmp/s /dev/shm/s";
+    RunningClient holder(caller(), {daemon_->client(), "security", "launch", "--role", role,
+                                    "--project-root", project_, "--stdio", "--socket",
+                                    daemon_->socket_path()});
+    ASSERT_TRUE(holder.write_all("exec python3 " + listen_py + " " + places + "\n"));
+    ASSERT_TRUE(holder.read_until("listening", 30s)) << holder.out() << daemon_->log();
+    // Landlock refused the socket on disk (EACCES); the project is read-only for core.
+    EXPECT_NE(holder.out().find("refused " + home + "/s 13\n"), std::string::npos)
+        << holder.out();
+
+    Pty pty;
+    Client sender(*daemon_, project_, pty.slave.get(), pty.slave.get(), pty.slave.get(),
+                  Job::kForeground);
+    ASSERT_TRUE(pty.write("exec python3 " + send_py + " " + places + "\n"));
+    EXPECT_EQ(sender.wait(), 0) << sender.err << daemon_->log();
+    EXPECT_TRUE(pty.read_until("no-peer", 10s)) << pty.shown;
+    // The caller's shell has its terminal again, and the caller types into it.
+    ASSERT_TRUE(pty.write("typed-after-the-session\n"));
+    ASSERT_TRUE(holder.write_all("go\n"));
+    ASSERT_TRUE(holder.read_until("done", 30s)) << holder.out();
+    EXPECT_EQ(holder.out().find("received"), std::string::npos) << holder.out();
+    EXPECT_EQ(holder.out().find("typed-after"), std::string::npos) << holder.out();
+    holder.close_stdin();
+    EXPECT_EQ(holder.wait(), 0);
+  }
+}
+
 }  // namespace
 }  // namespace pando::itest

@@ -121,7 +121,7 @@ class TempProject {
     ASSERT_EQ(lchown((project + "/trap/.env").c_str(), kCallerUid, kCallerGid), 0);
     make_dir(project + "/.pando-sandbox", 0755, kCallerUid, kCallerGid);
     make_dir(sandbox_dir, 0700, kCallerUid, kCallerGid);
-    for (const char* sub : {"home", "tmp", "cache", "config", "data"}) {
+    for (const char* sub : {"home", "cache", "config", "data"}) {
       make_dir(sandbox_dir + "/" + sub, 0700, kCallerUid, kCallerGid);
     }
     write_text(sandbox_dir + "/home/.env", "TOKEN=home", 0600, kCallerUid, kCallerGid);

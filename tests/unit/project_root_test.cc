@@ -60,7 +60,7 @@ TEST_F(ProjectRootTest, OwnedDirectoryResolvesAndSandboxDirsBelongToTheCaller) {
   EXPECT_TRUE(resolved.root.valid());
   EXPECT_TRUE(resolved.sandbox_dir.valid());
   for (const std::string sub :
-       {"", "/core", "/core/home", "/core/tmp", "/core/cache", "/core/config", "/core/data"}) {
+       {"", "/core", "/core/home", "/core/cache", "/core/config", "/core/data"}) {
     struct stat st {};
     ASSERT_EQ(lstat((project + "/.pando-sandbox" + sub).c_str(), &st), 0) << sub;
     EXPECT_TRUE(S_ISDIR(st.st_mode)) << sub;
