@@ -6,6 +6,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -70,7 +72,38 @@ UniqueFd make_owned_dir(int parent, const std::string& name, uid_t caller,
   return fd;
 }
 
+bool same_file(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 }  // namespace
+
+void check_not_a_home(const struct stat& project, const std::string& shown,
+                      const std::string& caller_home, const std::string& homes_dir) {
+  struct stat st {};
+  if (!caller_home.empty() && stat(caller_home.c_str(), &st) == 0 && same_file(st, project)) {
+    throw Error(v1::ERROR_PATH_FORBIDDEN,
+                shown + " is your home directory itself (" + caller_home + ")");
+  }
+  for (const char* container : kContainers) {
+    if (stat(container, &st) == 0 && same_file(st, project)) {
+      throw Error(v1::ERROR_PATH_FORBIDDEN, shown + " is a system location (" + container + ")");
+    }
+  }
+  DIR* homes = opendir(homes_dir.c_str());
+  if (homes == nullptr) return;
+  struct Closer {
+    DIR* dir;
+    ~Closer() { closedir(dir); }
+  } closer{homes};
+  while (const dirent* entry = readdir(homes)) {
+    if (entry->d_name[0] == '.') continue;
+    if (fstatat(dirfd(homes), entry->d_name, &st, 0) == 0 && same_file(st, project)) {
+      throw Error(v1::ERROR_PATH_FORBIDDEN, shown + " is a home directory itself (" + homes_dir +
+                                                "/" + entry->d_name + ")");
+    }
+  }
+}
 
 int open_dir_no_symlinks(int dirfd, const std::string& path) {
   struct open_how how {};
@@ -145,6 +178,9 @@ ResolvedProject resolve_project(const PeerIdentity& peer, const std::string& pat
     throw Error(v1::ERROR_PATH_NOT_OWNED, "project root " + path + " is not owned by you (uid " +
                                               std::to_string(peer.uid) + ")");
   }
+  // The string check above cannot see a home reached by another path (Fedora Silverblue's
+  // /home -> var/home): compared by identity, as the caller, before anything is created.
+  check_not_a_home(st, "project root " + path, caller_home, "/home");
 
   const UniqueFd top =
       make_owned_dir(project.root.get(), ".pando-sandbox", peer.uid, path + "/.pando-sandbox");

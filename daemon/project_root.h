@@ -1,5 +1,7 @@
 #pragma once
 
+#include <sys/stat.h>
+
 #include <string>
 
 #include "common/unique_fd.h"
@@ -26,6 +28,12 @@ inline constexpr const char* kSandboxSubdirs[] = {"home", "cache", "config", "da
 // Refuses system locations and home directories themselves (string check on
 // an already normalized path) with ERROR_PATH_FORBIDDEN.
 void check_location_allowed(const std::string& path, const std::string& caller_home);
+
+// Refuses (ERROR_PATH_FORBIDDEN) a project that is, by device and inode, the caller's home
+// (`caller_home` followed through symlinks), a container such as /home or /tmp, or any
+// directory in `homes_dir` (/home). Call with the caller's filesystem identity.
+void check_not_a_home(const struct stat& project, const std::string& shown,
+                      const std::string& caller_home, const std::string& homes_dir);
 
 // Resolves `path` with the caller's own filesystem identity and no symlinks
 // at any component, checks it is a directory the caller owns, then creates

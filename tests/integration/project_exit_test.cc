@@ -228,6 +228,25 @@ void expect_no_fifo_or_socket_in(const Daemon& daemon, const std::string& projec
   }
 }
 
+// /etc/passwd with `user`'s home changed to `home`.
+std::string passwd_with_home(const TestUser& user, const std::string& home) {
+  std::ifstream passwd_in("/etc/passwd");
+  std::ostringstream passwd;
+  for (std::string line; std::getline(passwd_in, line);) {
+    if (line.rfind(user.name + ":", 0) == 0) {
+      std::vector<std::string> fields;
+      std::istringstream split(line);
+      for (std::string field; std::getline(split, field, ':');) fields.push_back(field);
+      EXPECT_EQ(fields.size(), 7u) << line;
+      if (fields.size() == 7) fields[5] = home;
+      line = fields[0];
+      for (size_t i = 1; i < fields.size(); ++i) line += ":" + fields[i];
+    }
+    passwd << line << "\n";
+  }
+  return passwd.str();
+}
+
 // The caller's home inside the project (a project above it): its ~/.pando-ai is the auth home,
 // mounted read-only, and also a directory of the writable project. A Landlock rule belongs to
 // the directory wherever it is reached, so the auth home's must grant no FIFO or socket there.
@@ -243,21 +262,7 @@ TEST(ProjectExitAuthHomeTest, NoFifoOrSocketInAnAuthHomeInsideTheProject) {
   for (const std::string& dir : {home, home + "/.pando-ai"}) {
     ASSERT_EQ(chown(dir.c_str(), caller().uid, caller().gid), 0) << dir;
   }
-  std::ifstream passwd_in("/etc/passwd");
-  std::ostringstream passwd;
-  for (std::string line; std::getline(passwd_in, line);) {
-    if (line.rfind(caller().name + ":", 0) == 0) {
-      std::vector<std::string> fields;
-      std::istringstream split(line);
-      for (std::string field; std::getline(split, field, ':');) fields.push_back(field);
-      ASSERT_EQ(fields.size(), 7u) << line;
-      fields[5] = home;
-      line = fields[0];
-      for (size_t i = 1; i < fields.size(); ++i) line += ":" + fields[i];
-    }
-    passwd << line << "\n";
-  }
-  std::ofstream(files.path() + "/passwd") << passwd.str();
+  std::ofstream(files.path() + "/passwd") << passwd_with_home(caller(), home);
   DaemonOptions options;
   options.files_over = {{files.path() + "/passwd", "/etc/passwd"}};
   const Daemon daemon(options);
@@ -273,6 +278,47 @@ TEST(ProjectExitAuthHomeTest, NoFifoOrSocketInAnAuthHomeInsideTheProject) {
   for (const std::string name : {"/p", "/s"}) {
     EXPECT_FALSE(fs::exists(fs::symlink_status(home + "/.pando-ai" + name))) << name;
   }
+}
+
+// Issue 24, finding 3: with the home under a symlinked /home (Fedora Silverblue's
+// /home -> var/home), `cd ~ && pando-helper security launch --project-root .` sent the real
+// path, which no string equals the passwd home: the role read ~/.ssh and appended to ~/.bashrc,
+// and the daemon left an empty ~/.git there. The home is compared by identity, and nothing is
+// created in it.
+TEST(ProjectExitHomeTest, TheCallersHomeThroughASymlinkIsRefused) {
+  TempDir files;
+  files.make_dir("var", TestUser{"root", 0, 0});
+  files.make_dir("var/home", TestUser{"root", 0, 0});
+  const std::string real_home = files.make_dir("var/home/" + caller().name, caller(), 0700);
+  files.make_dir("var/home/" + caller().name + "/.ssh", caller(), 0700);
+  files.write_file("var/home/" + caller().name + "/.ssh/id_ed25519", "PRIVATE KEY", caller(),
+                   0600);
+  ASSERT_EQ(symlink("var/home", (files.path() + "/home").c_str()), 0);
+  const std::string home = files.path() + "/home/" + caller().name;
+  std::ofstream(files.path() + "/passwd") << passwd_with_home(caller(), home);
+  DaemonOptions options;
+  options.files_over = {{files.path() + "/passwd", "/etc/passwd"}};
+  const Daemon daemon(options);
+
+  RunOptions run;
+  run.stdin_data = "cat .ssh/id_ed25519; echo launched\n";
+  const RunResult r =
+      run_as(caller(),
+             {"/bin/sh", "-c",
+              "cd \"$0\" && exec \"$1\" security launch --role workspace --project-root . "
+              "--stdio --socket \"$2\"",
+              home, daemon.client(), daemon.socket_path()},
+             run);
+  EXPECT_EQ(r.exit_code, 77) << r.out << r.err << daemon.log();
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("ERROR_PATH_FORBIDDEN"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is your home directory itself (" + home + ")"), std::string::npos)
+      << r.err;
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(real_home)) {
+    names.push_back(entry.path().filename().string());
+  }
+  EXPECT_EQ(names, std::vector<std::string>{".ssh"}) << "the launch created something there";
 }
 
 // A root-owned 0755 directory under /var/tmp, removed with everything in it.

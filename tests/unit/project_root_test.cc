@@ -118,6 +118,35 @@ TEST_F(ProjectRootTest, SandboxDirOwnedBySomeoneElseIsRefused) {
   EXPECT_EQ(code(project), v1::ERROR_PATH_NOT_OWNED);
 }
 
+// Issue 24, finding 3: the client sends the real path (/var/home/alice on Fedora Silverblue,
+// where /home -> var/home), which no string equals the passwd home (/home/alice). Homes are
+// compared by device and inode: the caller's own through its symlinks, and every directory in
+// the homes directory, whoever's.
+TEST_F(ProjectRootTest, AHomeReachedThroughASymlinkIsRefusedByIdentity) {
+  dir("var/home", 0);
+  const std::string alice = dir("var/home/alice", kCaller);
+  const std::string bob = dir("var/home/bob", kOther);
+  const std::string project = dir("var/home/alice/project", kCaller);
+  ASSERT_EQ(symlink("var/home", (base_ + "/home").c_str()), 0);
+  const auto refusal = [&](const std::string& path) -> std::string {
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) return "cannot stat " + path;
+    try {
+      check_not_a_home(st, path, base_ + "/home/alice", base_ + "/home");
+    } catch (const pando::Error& e) {
+      return e.code() == v1::ERROR_PATH_FORBIDDEN ? e.what() : "wrong code";
+    }
+    return "";
+  };
+  EXPECT_NE(refusal(alice).find("is your home directory itself"), std::string::npos);
+  EXPECT_NE(refusal(bob).find("is a home directory itself (" + base_ + "/home/bob)"),
+            std::string::npos);
+  EXPECT_EQ(refusal(project), "");
+  EXPECT_EQ(refusal(base_), "");
+  // A system container by identity, whatever the path it was reached by.
+  EXPECT_NE(refusal("/tmp/.").find("is a system location (/tmp)"), std::string::npos);
+}
+
 TEST(LocationRule, SystemTreesAndHomesAreForbidden) {
   const auto forbidden = [](const std::string& path, const std::string& home = "/home/alice") {
     try {
