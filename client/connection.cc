@@ -9,6 +9,8 @@
 #include <cstring>
 #include <iostream>
 
+#include "common/printable.h"
+
 namespace pando::client {
 
 std::string socket_path(const std::optional<std::string>& flag) {
@@ -100,7 +102,8 @@ std::optional<DaemonFrame> read_frame(int fd, wire::SessionProtocol& protocol) {
 
 int print_rejection(const std::string& what, const pando::helper::v1::Rejected& rejected) {
   std::cerr << "pando-helper: " << what << " ("
-            << pando::helper::v1::ErrorCode_Name(rejected.code()) << "): " << rejected.message()
+            << pando::helper::v1::ErrorCode_Name(rejected.code())
+            << "): " << printable(rejected.message())
             << "\n";
   return kExitRejected;
 }

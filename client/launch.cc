@@ -23,6 +23,7 @@
 #include "client/connection.h"
 #include "common/fd_passing.h"
 #include "common/json_log.h"
+#include "common/printable.h"
 #include "common/unique_fd.h"
 #include "proto/helper.pb.h"
 
@@ -306,14 +307,14 @@ bool Relay::session_over(const wire::Action& action) {
   if (const auto* exited = std::get_if<wire::action::Exited>(&action)) {
     const v1::Exit& exit = exited->exit;
     exit_code_ = exit.has_signal() ? 128 + exit.signal() : exit.exit_code();
-    if (!exit.message().empty()) std::cerr << "pando-helper: " << exit.message() << "\n";
+    if (!exit.message().empty()) std::cerr << "pando-helper: " << printable(exit.message()) << "\n";
     log::info("exit", {{"exit_code", exit_code_}, {"reason", v1::EndReason_Name(exit.reason())}});
   } else if (const auto* refused = std::get_if<wire::action::Refused>(&action)) {
     exit_code_ = print_rejection("session ended by the daemon", refused->rejected);
   } else {
     const auto* reject = std::get_if<wire::action::Reject>(&action);
     std::cerr << "pando-helper: the daemon broke the protocol: "
-              << (reject != nullptr ? reject->message : "unexpected frame") << "\n";
+              << printable(reject != nullptr ? reject->message : "unexpected frame") << "\n";
     exit_code_ = kExitProtocol;
   }
   return false;

@@ -14,6 +14,7 @@
 #include "client/caller_git.h"
 #include "client/connection.h"
 #include "common/json_log.h"
+#include "common/printable.h"
 #include "proto/helper.pb.h"
 
 namespace pando::client {
@@ -37,7 +38,7 @@ void print_result(const std::string& name, const std::string& result, const std:
     std::cout << "{\"check\":\"" << log::json_escape(name) << "\",\"result\":\"" << result
               << "\",\"detail\":\"" << log::json_escape(detail) << "\"}\n";
   } else {
-    std::cout << result << " " << name << " " << detail << "\n";
+    std::cout << result << " " << printable(name) << " " << printable(detail) << "\n";
   }
 }
 
@@ -104,7 +105,8 @@ int print_unavailable_layers(const std::string& socket, bool json) {
                 << "\",\"available\":false,\"detail\":\"" << log::json_escape(layer.detail())
                 << "\"}\n";
     } else {
-      std::cout << "UNAVAILABLE " << layer.name() << " " << layer.detail() << "\n";
+      std::cout << "UNAVAILABLE " << printable(layer.name()) << " " << printable(layer.detail())
+                << "\n";
     }
   }
   return 0;
@@ -148,7 +150,7 @@ int read_probe_session(int sock, wire::SessionProtocol& protocol, const std::str
     std::cerr << "pando-helper: the " << role << " probe "
               << (exit.has_exit_code() ? "exited with " + std::to_string(exit.exit_code())
                                        : "was killed by signal " + std::to_string(exit.signal()))
-              << (exit.message().empty() ? "" : ": " + exit.message()) << "\n";
+              << (exit.message().empty() ? "" : ": " + printable(exit.message())) << "\n";
     return kExitChecksFailed;
   }
 }

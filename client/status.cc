@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "client/connection.h"
+#include "common/printable.h"
 #include "proto/helper.pb.h"
 
 namespace pando::client {
@@ -41,9 +42,9 @@ int run_status(const std::string& socket, const std::string& project_root) {
   std::cout << "version: " << status.version() << "\n";
   std::cout << "live sessions: " << status.live_sessions() << "\n";
   for (const auto& layer : status.layers()) {
-    std::cout << "layer " << layer.name() << ": "
+    std::cout << "layer " << printable(layer.name()) << ": "
               << (layer.available() ? "available" : "unavailable")
-              << (layer.detail().empty() ? "" : " (" + layer.detail() + ")") << "\n";
+              << (layer.detail().empty() ? "" : " (" + printable(layer.detail()) + ")") << "\n";
   }
   return 0;
 }
