@@ -103,8 +103,7 @@ std::optional<DaemonFrame> read_frame(int fd, wire::SessionProtocol& protocol) {
 int print_rejection(const std::string& what, const pando::helper::v1::Rejected& rejected) {
   std::cerr << "pando-helper: " << what << " ("
             << pando::helper::v1::ErrorCode_Name(rejected.code())
-            << "): " << printable(rejected.message())
-            << "\n";
+            << "): " << printable(rejected.message()) << "\n";
   return kExitRejected;
 }
 

@@ -1,12 +1,11 @@
 #include "daemon/project_root.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <dirent.h>
 
 #include <cerrno>
 #include <cstring>
@@ -99,8 +98,8 @@ void check_not_a_home(const struct stat& project, const std::string& shown,
   while (const dirent* entry = readdir(homes)) {
     if (entry->d_name[0] == '.') continue;
     if (fstatat(dirfd(homes), entry->d_name, &st, 0) == 0 && same_file(st, project)) {
-      throw Error(v1::ERROR_PATH_FORBIDDEN, shown + " is a home directory itself (" + homes_dir +
-                                                "/" + entry->d_name + ")");
+      throw Error(v1::ERROR_PATH_FORBIDDEN,
+                  shown + " is a home directory itself (" + homes_dir + "/" + entry->d_name + ")");
     }
   }
 }

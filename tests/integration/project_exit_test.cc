@@ -291,8 +291,7 @@ TEST(ProjectExitHomeTest, TheCallersHomeThroughASymlinkIsRefused) {
   files.make_dir("var/home", TestUser{"root", 0, 0});
   const std::string real_home = files.make_dir("var/home/" + caller().name, caller(), 0700);
   files.make_dir("var/home/" + caller().name + "/.ssh", caller(), 0700);
-  files.write_file("var/home/" + caller().name + "/.ssh/id_ed25519", "PRIVATE KEY", caller(),
-                   0600);
+  files.write_file("var/home/" + caller().name + "/.ssh/id_ed25519", "PRIVATE KEY", caller(), 0600);
   ASSERT_EQ(symlink("var/home", (files.path() + "/home").c_str()), 0);
   const std::string home = files.path() + "/home/" + caller().name;
   std::ofstream(files.path() + "/passwd") << passwd_with_home(caller(), home);
@@ -312,8 +311,7 @@ TEST(ProjectExitHomeTest, TheCallersHomeThroughASymlinkIsRefused) {
   EXPECT_EQ(r.exit_code, 77) << r.out << r.err << daemon.log();
   EXPECT_EQ(r.out, "");
   EXPECT_NE(r.err.find("ERROR_PATH_FORBIDDEN"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("is your home directory itself (" + home + ")"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("is your home directory itself (" + home + ")"), std::string::npos) << r.err;
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(real_home)) {
     names.push_back(entry.path().filename().string());

@@ -426,14 +426,13 @@ TEST_F(TerminalStdioTest, NoSessionGetsTheTerminalOfAnotherAfterItEnded) {
     SCOPED_TRACE(role);
     const std::string home = homes + role + "/home";
     const std::string places = home + "/s " + project_ + "/s /tmp/s /dev/shm/s";
-    RunningClient holder(caller(), {daemon_->client(), "security", "launch", "--role", role,
-                                    "--project-root", project_, "--stdio", "--socket",
-                                    daemon_->socket_path()});
+    RunningClient holder(caller(),
+                         {daemon_->client(), "security", "launch", "--role", role, "--project-root",
+                          project_, "--stdio", "--socket", daemon_->socket_path()});
     ASSERT_TRUE(holder.write_all("exec python3 " + listen_py + " " + places + "\n"));
     ASSERT_TRUE(holder.read_until("listening", 30s)) << holder.out() << daemon_->log();
     // Landlock refused the socket on disk (EACCES); the project is read-only for core.
-    EXPECT_NE(holder.out().find("refused " + home + "/s 13\n"), std::string::npos)
-        << holder.out();
+    EXPECT_NE(holder.out().find("refused " + home + "/s 13\n"), std::string::npos) << holder.out();
 
     Pty pty;
     Client sender(*daemon_, project_, pty.slave.get(), pty.slave.get(), pty.slave.get(),

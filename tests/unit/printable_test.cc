@@ -20,15 +20,19 @@ TEST(Printable, TerminalControlSequencesAreEscaped) {
   EXPECT_EQ(printable("a\nb\rc\td\x7f"), "a\\nb\\rc\\td\\x7f");
   EXPECT_EQ(printable(std::string("nul\0byte", 8)), "nul\\x00byte");
   // C1 controls written in UTF-8 (U+009B is a one-character CSI for some terminals).
-  EXPECT_EQ(printable("\xc2\x9b" "31m"), "\\u009b31m");
+  EXPECT_EQ(printable("\xc2\x9b"
+                      "31m"),
+            "\\u009b31m");
   EXPECT_EQ(printable("\xc2\x85"), "\\u0085");
 }
 
 TEST(Printable, BytesThatAreNotUtf8AreEscapedAndTheBackslashToo) {
-  EXPECT_EQ(printable("\x9b" "31m"), "\\x9b31m");  // a raw 8-bit CSI
-  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");  // an overlong '/'
-  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // a surrogate
-  EXPECT_EQ(printable("\xe6\x97"), "\\xe6\\x97");  // cut short
+  EXPECT_EQ(printable("\x9b"
+                      "31m"),
+            "\\x9b31m");                                             // a raw 8-bit CSI
+  EXPECT_EQ(printable("\xc0\xaf"), "\\xc0\\xaf");                    // an overlong '/'
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");           // a surrogate
+  EXPECT_EQ(printable("\xe6\x97"), "\\xe6\\x97");                    // cut short
   EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // beyond U+10FFFF
   EXPECT_EQ(printable("a\\x1b"), "a\\\\x1b");  // a literal backslash stays unambiguous
 }
