@@ -174,7 +174,7 @@ void check_role_command(const Checker& checker, const std::string& name, const R
   }
 }
 
-// What the role sees of the project: hidden files, read-only paths, how far the scan goes.
+// What the role sees of the project: hidden files, read-only paths.
 void check_role_project(const Checker& checker, const std::string& name, RoleConfig* role) {
   for (int i = 0; i < role->hidden_files_size(); ++i) {
     const std::string& pattern = role->hidden_files(i);
@@ -183,8 +183,10 @@ void check_role_project(const Checker& checker, const std::string& name, RoleCon
     }
   }
   if (role->hidden_files().empty()) {
+    // .env.* covers .env.local and an editor's .env.swp or .env.bak; .env~ is emacs's backup.
     role->add_hidden_files(".env");
     role->add_hidden_files(".env.*");
+    role->add_hidden_files(".env~");
   }
   if (role->read_only_paths_size() > kMaxReadOnlyPaths) {
     checker.fail({name, "read_only_paths"}, -1,
@@ -196,14 +198,6 @@ void check_role_project(const Checker& checker, const std::string& name, RoleCon
       checker.fail({name, "read_only_paths"}, i,
                    "must be a normalized path relative to the project (no '..', no leading '/')");
     }
-  }
-  if (!role->has_project_scan_max_entries()) role->set_project_scan_max_entries(1000000);
-  if (!role->has_project_scan_max_depth()) role->set_project_scan_max_depth(64);
-  if (role->project_scan_max_entries() < 1) {
-    checker.fail({name, "project_scan_max_entries"}, -1, "must be at least 1");
-  }
-  if (role->project_scan_max_depth() < 1) {
-    checker.fail({name, "project_scan_max_depth"}, -1, "must be at least 1");
   }
 }
 
@@ -331,6 +325,11 @@ DaemonConfig parse_config(const std::string& text, const std::string& origin) {
     checker.fail({"sandbox_helper_path"}, -1, "must be an absolute, normalized path");
   }
   check_roots_alone(checker, {"sandbox_helper_path"}, -1, config.sandbox_helper_path());
+  if (!config.has_git_path()) config.set_git_path("/usr/bin/git");
+  if (!is_absolute_normalized(config.git_path())) {
+    checker.fail({"git_path"}, -1, "must be an absolute, normalized path");
+  }
+  check_roots_alone(checker, {"git_path"}, -1, config.git_path());
   if (!config.has_core()) checker.fail({"core"}, -1, "the core role must be configured");
   if (!config.has_workspace())
     checker.fail({"workspace"}, -1, "the workspace role must be configured");

@@ -105,7 +105,10 @@ const RoleConfig& Daemon::role_config(const std::string& role) const {
   return role == "core" ? config_.core() : config_.workspace();
 }
 
-void Daemon::open_launcher() {
+// The programs the daemon runs, and the watch that keeps project indexes current.
+void Daemon::open_helpers() {
+  git_query_.emplace(config_.sandbox_helper_path(), config_.git_path());
+  project_watch_.emplace();
   const std::string& path = config_.sandbox_helper_path();
   launcher_.reset(open(path.c_str(), O_PATH | O_CLOEXEC));
   if (!launcher_.valid()) throw_errno("sandbox helper " + path, v1::ERROR_CONFIG_INVALID);
@@ -203,7 +206,7 @@ int Daemon::run() {
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
   raise_open_file_limit();
-  open_launcher();
+  open_helpers();
   // The socket first: if another daemon answers on it, its sessions' cgroups
   // are live, not stale, and must not be touched.
   set_up_socket();
@@ -549,24 +552,6 @@ bool Daemon::limits_session_pids() const { return cgroups_ && cgroups_->limits_p
 
 const std::string& Daemon::client_socket_path() const {
   return socket_activated_ ? config_.socket_path() : socket_path_;
-}
-
-v1::Status Daemon::status() const {
-  v1::Status status;
-  status.set_version(PANDO_VERSION);
-  status.set_live_sessions(live_sessions_);
-  auto add = [&status](const std::string& name, bool available, const std::string& detail) {
-    auto* layer = status.add_layers();
-    layer->set_name(name);
-    layer->set_available(available);
-    layer->set_detail(detail);
-  };
-  add("namespaces", true, "mount, pid, net, ipc, uts, cgroup (new for every session)");
-  add("seccomp", true, sandbox::seccomp_status_detail());
-  const int abi = sandbox::landlock_abi_version();
-  add("landlock", abi > 0, sandbox::landlock_status_detail());
-  add("cgroups", cgroups_->mode() != CgroupMode::kNone, cgroups_->detail());
-  return status;
 }
 
 }  // namespace pando::daemon

@@ -19,8 +19,10 @@
 #include "common/unique_fd.h"
 #include "daemon/cgroups.h"
 #include "daemon/config.h"
+#include "daemon/git_query.h"
 #include "daemon/launch.h"
 #include "daemon/peer_identity.h"
+#include "daemon/project_watch.h"
 #include "daemon/sandbox_pool.h"
 #include "proto/helper.pb.h"
 
@@ -77,6 +79,12 @@ class Daemon {
   // after its connection ended. The thread holds nothing of the event loop's;
   // `done` stays here. Throws pando::Error (ERROR_INTERNAL) when no thread can be started.
   void run_off_loop(uid_t uid, std::function<void()> work, std::function<void()> done);
+  // The project indexes (step 10). Thread-safe.
+  ProjectWatch& project_watch() { return *project_watch_; }
+  // Asks the caller's own git what it reads and runs (git_query.h). Thread-safe.
+  const GitQueryProgram& git_query() const { return *git_query_; }
+  // The sessions' compiled seccomp program, which pando-helper-git-query installs too.
+  int seccomp_program_fd() const { return launcher_template_->seccomp_program_fd(); }
   // nullptr when cgroups are unusable and the config allows running without limits.
   std::unique_ptr<SessionCgroup> create_session_cgroup(const std::string& session_id, uid_t caller,
                                                        const RoleConfig& role);
@@ -93,7 +101,7 @@ class Daemon {
   const std::string& client_socket_path() const;
 
  private:
-  void open_launcher();
+  void open_helpers();
   void set_up_socket();
   void accept_next();
   void on_signal(int signo);
@@ -121,6 +129,8 @@ class Daemon {
   bool shutting_down_ = false;
   UniqueFd launcher_;
   std::optional<LauncherTemplate> launcher_template_;
+  std::optional<GitQueryProgram> git_query_;
+  std::optional<ProjectWatch> project_watch_;
   std::optional<SandboxPool> pool_;  // refers to launcher_template_
   boost::asio::steady_timer prestart_timer_;
   boost::asio::steady_timer prestart_later_timer_;

@@ -62,6 +62,8 @@ class LauncherTemplate {
   // pending, waiting for the answer. A template that died is restarted once.
   // Throws pando::Error (ERROR_LAUNCH_FAILED).
   StartedSandbox start_sandbox();
+  // The sessions' seccomp program (a sealed memfd): pando-helper-git-query installs it too.
+  int seccomp_program_fd() const { return seccomp_program_.get(); }
 
  private:
   struct Request {

@@ -13,7 +13,9 @@
 
 #include "daemon/daemon.h"
 #include "daemon/plan.h"
+#include "daemon/project_exits.h"
 #include "daemon/project_root.h"
+#include "daemon/sandbox/mount_api.h"
 #include "daemon/selftest.h"
 #include "proto/error.h"
 
@@ -116,7 +118,7 @@ PreparedLaunch prepare_launch(Daemon& daemon, const PeerIdentity& peer,
                               const wire::ValidRequest& request, bool selftest) {
   const std::string role = wire::role_name(request.role);
   // Step 5: the project, resolved once as the caller.
-  const ResolvedProject project = resolve_project(peer, request.project_root, role);
+  ResolvedProject project = resolve_project(peer, request.project_root, role);
   PreparedLaunch out;
   out.auth_home_note = project.auth_home_note;
   // Step 6: the plan, from the config and the kernel's word on the caller.
@@ -134,7 +136,35 @@ PreparedLaunch prepare_launch(Daemon& daemon, const PeerIdentity& peer,
   for (const std::string& path : out.plan.runtime_paths()) {
     out.trees.runtime.push_back(sandbox::clone_runtime_tree(path));
   }
+  // Read as root, through a mount that shows what the session's non-recursive clone shows.
+  out.scan_root = sandbox::clone_private(project.root.get(), "", AT_EMPTY_PATH,
+                                         "project root " + out.plan.project_root());
+  if (!out.scan_root.valid()) throw_errno("open_tree project root", v1::ERROR_LAUNCH_FAILED);
+  out.host_root = std::move(project.root);
+  out.caller_home = project.caller_home;
   return out;
+}
+
+void index_project(Daemon& daemon, const PeerIdentity& peer, PreparedLaunch& prepared) {
+  const RoleConfig& role = daemon.role_config(prepared.plan.role());
+  const std::vector<std::string> patterns(role.hidden_files().begin(), role.hidden_files().end());
+  daemon.project_watch().scan(peer.uid, prepared.scan_root.get(), prepared.host_root.get(),
+                              patterns);
+}
+
+void find_project_exits(Daemon& daemon, const PeerIdentity& peer, PreparedLaunch& prepared) {
+  const RoleConfig& role = daemon.role_config(prepared.plan.role());
+  const std::vector<std::string> patterns(role.hidden_files().begin(), role.hidden_files().end());
+  prepared.scan = daemon.project_watch().scan(peer.uid, prepared.scan_root.get(),
+                                              prepared.host_root.get(), patterns);
+  std::optional<GitAnswer> git;
+  if (prepared.plan.project_writable()) {
+    git = daemon.git_query().ask(peer, daemon.seccomp_program_fd(), prepared.plan.project_root(),
+                                 prepared.caller_home,
+                                 git_units(prepared.plan.project_root(), prepared.scan.findings));
+  }
+  add_project_exits(role, prepared.scan_root.get(), prepared.scan.findings, git ? &*git : nullptr,
+                    prepared.plan);
 }
 
 void start_launch(Daemon& daemon, const std::string& session_id, const PeerIdentity& peer,

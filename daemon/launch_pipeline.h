@@ -17,6 +17,7 @@
 #include "daemon/cgroups.h"
 #include "daemon/launch.h"
 #include "daemon/peer_identity.h"
+#include "daemon/project_watch.h"
 #include "daemon/sandbox/mounts.h"
 #include "proto/request_validation.h"
 #include "proto/sandbox.pb.h"
@@ -42,9 +43,23 @@ struct PreparedLaunch {
   pando::helper::sandbox::v1::SandboxPlan plan;
   sandbox::PlanTrees trees;    // idmapped clones of the caller's directories, runtime paths
   std::string auth_home_note;  // why an existing auth home was not used, for the log
+  UniqueFd host_root;          // the project as resolved, on its host mount (O_PATH)
+  UniqueFd scan_root;          // a clone of it without submounts: what the session sees
+  std::string caller_home;
+  ProjectScan scan;  // what step 10's reading of the project found and cost
 };
 PreparedLaunch prepare_launch(Daemon& daemon, const PeerIdentity& peer,
                               const wire::ValidRequest& request, bool selftest);
+
+// Before step 10, on a thread of its own, where the daemon keeps an index of the project
+// (ProjectWatch::keeps_index): brings it up to date, so that the walk window lasts only as long
+// as reading what changed since (the first launch of a project reads it whole here).
+void index_project(Daemon& daemon, const PeerIdentity& peer, PreparedLaunch& prepared);
+
+// Step 10's reading of the project, inside the walk window, on a thread of its own: what the
+// role may not read or change (SECURITY.md, step 12) goes into the plan. The writable role's
+// repositories are asked of the caller's own git. Throws pando::Error.
+void find_project_exits(Daemon& daemon, const PeerIdentity& peer, PreparedLaunch& prepared);
 
 // What steps 8-10 hand to the session, filled in as they go: whatever a
 // failed step leaves here (a cgroup, a launcher) is the session's to undo.

@@ -64,10 +64,6 @@ sbv1::SandboxPlan build_plan(v1::Role role, const RoleConfig& role_config, const
   plan.set_role_user_name(account->name);
   plan.set_role_group_name(group_name(account->gid));
   for (const auto& path : role_config.runtime_paths()) plan.add_runtime_paths(path);
-  for (const auto& pattern : role_config.hidden_files()) plan.add_hidden_files(pattern);
-  for (const auto& path : role_config.read_only_paths()) plan.add_read_only_paths(path);
-  plan.set_project_scan_max_entries(role_config.project_scan_max_entries());
-  plan.set_project_scan_max_depth(role_config.project_scan_max_depth());
   plan.set_sandbox_home(sandbox_home);
   plan.set_has_auth_home(project.auth_home.valid());
   if (project.auth_home.valid()) plan.set_auth_home_target(kAuthHomeTarget);

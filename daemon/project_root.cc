@@ -160,6 +160,7 @@ ResolvedProject resolve_project(const PeerIdentity& peer, const std::string& pat
   check_location_allowed(path, caller_home);
   ResolvedProject project;
   project.path = path;
+  project.caller_home = caller_home;
   if (caller) {
     const std::optional<accounts::Group> group = accounts::group_by_id(peer.gid);
     project.caller_group_private = group && accounts::is_private_group_of(*group, caller->name);

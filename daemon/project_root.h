@@ -17,6 +17,7 @@ struct ResolvedProject {
   UniqueFd sandbox_dir;        // <project>/.pando-sandbox/<role>, O_PATH
   UniqueFd auth_home;          // the caller's ~/.pando-ai, O_PATH; invalid when absent
   std::string auth_home_note;  // why an existing auth home was not used, for the log
+  std::string caller_home;     // from the caller's account; empty when it has none
   // The caller's gid is its user-private group (accounts::is_private_group_of): group write on
   // what belongs to it reaches nobody else.
   bool caller_group_private = false;

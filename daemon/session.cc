@@ -31,13 +31,6 @@ bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
 
 }  // namespace
 
-// What a launch's thread hands back to the event loop: the prepared launch,
-// or what it threw, rethrown on the loop (a thread's work must not throw).
-struct Session::Prepared {
-  PreparedLaunch launch;
-  std::exception_ptr error;
-};
-
 Session::Session(Daemon& daemon, Socket socket, PeerIdentity peer, std::string id)
     : daemon_(daemon),
       socket_(std::move(socket)),
@@ -124,7 +117,11 @@ void Session::guarded(const std::function<void()>& work) {
 }
 
 void Session::resolve_off_loop(std::function<void()> work, std::function<void()> done,
-                               std::function<void()> timed_out) {
+                               std::function<void()> timed_out, std::chrono::milliseconds timeout) {
+  if (!pending_) {
+    daemon_.add_pending(peer_.uid);
+    pending_ = true;
+  }
   daemon_.run_off_loop(peer_.uid, std::move(work),
                        [self = shared_from_this(), done = std::move(done)] {
                          // Refused (timeout, shutdown) or gone meanwhile:
@@ -138,8 +135,7 @@ void Session::resolve_off_loop(std::function<void()> work, std::function<void()>
   watch_hangup();
   // A thread stuck in the kernel cannot be cancelled: the client gets its
   // answer in time anyway, and the thread keeps its slot.
-  handshake_timer_.expires_after(
-      std::chrono::milliseconds(daemon_.config().handshake_timeout_ms()));
+  handshake_timer_.expires_after(timeout);
   handshake_timer_.async_wait([self = shared_from_this(), timed_out = std::move(timed_out)](
                                   const boost::system::error_code& ec) {
     if (!ec && self->state() == State::kResolving) timed_out();
@@ -180,7 +176,8 @@ void Session::handle_status_request(const std::string& root) {
         add_layer(false, fmt::format("{}: no answer within {} ms (is its filesystem hung?)", root,
                                      daemon_.config().handshake_timeout_ms()));
         send_status(*status);
-      });
+      },
+      std::chrono::milliseconds(daemon_.config().handshake_timeout_ms()));
 }
 
 void Session::send_status(const v1::Status& status) {
@@ -224,7 +221,8 @@ void Session::handle_launch_request(const wire::ValidRequest& request, bool self
         reject(v1::ERROR_PROJECT_TIMEOUT,
                fmt::format("project {} did not answer within {} ms (is its filesystem hung?)",
                            project_root_, daemon_.config().handshake_timeout_ms()));
-      });
+      },
+      std::chrono::milliseconds(daemon_.config().handshake_timeout_ms()));
 }
 
 void Session::on_launch_prepared(std::shared_ptr<Prepared> prepared) {
@@ -232,7 +230,10 @@ void Session::on_launch_prepared(std::shared_ptr<Prepared> prepared) {
   if (!prepared->launch.auth_home_note.empty()) {
     log::warn("auth_home_skipped", {{"session", id_}, {"reason", prepared->launch.auth_home_note}});
   }
-  open_walk_window();
+  index_before_window(std::move(prepared));
+}
+
+void Session::launch_prepared(std::shared_ptr<Prepared> prepared) {
   start_launch(daemon_, id_, peer_, role_, prepared->launch, direct_ ? &*direct_ : nullptr,
                launch_);
   watch_launcher();

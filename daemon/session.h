@@ -12,6 +12,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -54,8 +55,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   using State = wire::SessionState;
-  // How long a launcher may take to set up, and a launch may wait for another one's walk.
+  // How long a launcher may take to set up, and the reading of the project in the walk window.
   static constexpr std::chrono::seconds kSetupTimeout{30};
+  // How long the reading of a project before the walk window may take (a first launch reads
+  // it whole there).
+  static constexpr std::chrono::seconds kIndexTimeout{300};
   // What moving stdin data came to.
   enum class Step { kContinue, kWaitClient, kWaitPipe, kGone };
 
@@ -79,16 +83,25 @@ class Session : public std::enable_shared_from_this<Session> {
   void handle_status_request(const std::string& root);
   void send_status(const pando::helper::v1::Status& status);
   // Hands `work` (the part that touches the caller's files) to a thread of its
-  // own with this connection's pending slot; `done` runs on the event loop,
-  // only while the session still waits for it. Past the handshake timeout
-  // `timed_out` runs instead.
-  // Throws when no thread can be started.
+  // own with this connection's pending slot (or a new one, for a later step);
+  // `done` runs on the event loop, only while the session still waits for it.
+  // Past `timeout` `timed_out` runs instead.
+  // Throws when no thread can be started or the caller has too much pending.
   void resolve_off_loop(std::function<void()> work, std::function<void()> done,
-                        std::function<void()> timed_out);
+                        std::function<void()> timed_out, std::chrono::milliseconds timeout);
 
-  // Launch.
-  struct Prepared;
+  // Launch. What a launch's thread hands back to the event loop: the prepared launch, or what
+  // it threw, rethrown on the loop (a thread's work must not throw).
+  struct Prepared {
+    PreparedLaunch launch;
+    std::exception_ptr error;
+  };
   void on_launch_prepared(std::shared_ptr<Prepared> prepared);
+  // Steps 10's reading of the project (session_walk.cc): brought up to date before the walk
+  // window where the project is indexed, then read again inside it.
+  void index_before_window(std::shared_ptr<Prepared> prepared);
+  void find_exits_in_window(std::shared_ptr<Prepared> prepared);
+  void launch_prepared(std::shared_ptr<Prepared> prepared);
   void watch_launcher();
   void wait_for_control();
   void handle_control_events();

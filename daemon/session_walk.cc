@@ -1,3 +1,6 @@
+#include <fmt/format.h>
+
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -5,11 +8,13 @@
 #include "daemon/daemon.h"
 #include "daemon/session.h"
 
-// A launcher walks the whole project to hide the caller's secret files (SECURITY.md step 12).
-// The walk follows paths, so another session of the same caller that can write the project
-// could move a directory out of the walk's way and back while it runs, and a `.env` in it would
-// go unmasked. So from the moment a session's plan is sent until its launcher reports (the walk
-// window), no such session runs:
+// Before its role starts, a launch finds what the role may not read or change in the project
+// (SECURITY.md, step 12): the daemon reads the project (what changed since the last launch,
+// where it keeps an index), asks the caller's git, and the launcher masks and pins what was
+// found. The reading follows paths, so another session of the same caller that can write the
+// project could move a directory out of its way and back while it runs, and a `.env` in it
+// would go unmasked. So from the moment the daemon reads the project until the session's
+// launcher reports (the walk window), no such session runs:
 // - opening a window pauses, in their cgroup's freezer, the caller's running workspace sessions
 //   of an overlapping project; closing it resumes them. Pauses are counted: a session paused by
 //   two windows runs again when both have closed. Walks go on side by side.
@@ -20,6 +25,8 @@
 // each such walk is logged as unpaused. Everything here runs on the event loop.
 
 namespace pando::daemon {
+
+namespace v1 = pando::helper::v1;
 
 namespace {
 
@@ -102,6 +109,66 @@ void Session::wait_for_other_walks() {
     if (!other->walk_window_open_ || !shares_project_with(*other)) continue;
     if (pause_for_walk(*other)) other->paused_for_walk_.push_back(shared_from_this());
   }
+}
+
+// Where the project is indexed, it is brought up to date before the window opens: a first
+// launch, which reads it whole, pauses no one for that.
+void Session::index_before_window(std::shared_ptr<Prepared> prepared) {
+  if (!daemon_.project_watch().keeps_index(prepared->launch.scan_root.get())) {
+    return find_exits_in_window(std::move(prepared));
+  }
+  resolve_off_loop(
+      [&daemon = daemon_, prepared, peer = peer_] {
+        try {
+          index_project(daemon, peer, prepared->launch);
+        } catch (...) {
+          prepared->error = std::current_exception();
+        }
+      },
+      [this, prepared] {
+        if (prepared->error) std::rethrow_exception(prepared->error);
+        find_exits_in_window(prepared);
+      },
+      [this] {
+        reject(v1::ERROR_PROJECT_TIMEOUT,
+               fmt::format("reading project {} took longer than {} s (is its filesystem hung?)",
+                           project_root_, kIndexTimeout.count()));
+      },
+      kIndexTimeout);
+}
+
+void Session::find_exits_in_window(std::shared_ptr<Prepared> prepared) {
+  open_walk_window();
+  const auto opened = std::chrono::steady_clock::now();
+  resolve_off_loop(
+      [&daemon = daemon_, prepared, peer = peer_] {
+        try {
+          find_project_exits(daemon, peer, prepared->launch);
+        } catch (...) {
+          prepared->error = std::current_exception();
+        }
+      },
+      [this, prepared, opened] {
+        if (prepared->error) std::rethrow_exception(prepared->error);
+        const ProjectScan& scan = prepared->launch.scan;
+        const auto took = std::chrono::duration_cast<std::chrono::microseconds>(
+            std::chrono::steady_clock::now() - opened);
+        log::info("project_read", {{"session", id_},
+                                   {"incremental", scan.incremental},
+                                   {"directories", static_cast<int64_t>(scan.directories)},
+                                   {"read", static_cast<int64_t>(scan.read)},
+                                   {"masks", prepared->launch.plan.masks_size()},
+                                   {"pins", prepared->launch.plan.pins_size()},
+                                   {"micros", static_cast<int64_t>(took.count())}});
+        launch_prepared(prepared);
+      },
+      [this] {
+        reject(v1::ERROR_PROJECT_TIMEOUT,
+               fmt::format("reading project {} for its secrets and git metadata took longer "
+                           "than {} s (is its filesystem hung?)",
+                           project_root_, kSetupTimeout.count()));
+      },
+      kSetupTimeout);
 }
 
 }  // namespace pando::daemon

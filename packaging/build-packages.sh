@@ -96,7 +96,7 @@ if [ "${PANDO_SKIP_RPM:-0}" != 1 ]; then
 	rm -rf "$rpmroot" "$out/rpmbuild" "$out/${pkg}"-*.rpm
 	DESTDIR="$rpmroot" cmake --install "$build" --strip >/dev/null
 	for f in usr/bin/pando-helper usr/sbin/pando-helperd usr/libexec/pando-helper/pando-helper-sandbox \
-		usr/libexec/pando-helper/pando-helper-probe; do
+		usr/libexec/pando-helper/pando-helper-probe usr/libexec/pando-helper/pando-helper-git-query; do
 		[ -x "$rpmroot/$f" ] || die "cmake --install did not produce /$f"
 		# The compiler's version string is of no use at run time.
 		strip --remove-section=.comment "$rpmroot/$f"
@@ -117,7 +117,8 @@ if [ "${PANDO_SKIP_RPM:-0}" != 1 ]; then
 	find "$rpmroot" -type f -exec chmod 0644 {} +
 	chmod 0755 "$rpmroot/usr/bin/pando-helper" "$rpmroot/usr/sbin/pando-helperd" \
 		"$rpmroot/usr/libexec/pando-helper/pando-helper-sandbox" \
-		"$rpmroot/usr/libexec/pando-helper/pando-helper-probe"
+		"$rpmroot/usr/libexec/pando-helper/pando-helper-probe" \
+		"$rpmroot/usr/libexec/pando-helper/pando-helper-git-query"
 	rpm_arch=$(rpm --eval '%{_arch}')
 	rpmbuild -bb --quiet \
 		--target "$rpm_arch" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sizes of the hand-written production sources (daemon/ client/ proto/ common/
-# probe/; *.cc and *.h; no tests, no generated code): the ten largest files by
+# probe/ gitquery/; *.cc and *.h; no tests, no generated code): the ten largest files by
 # code lines (cloc) and the ten longest functions (universal-ctags: end - line
 # + 1; a lambda counts as a function of its own, and its lines count in the
 # enclosing function too).
@@ -28,7 +28,7 @@ ctags --version | grep -q '^Universal Ctags' || {
   exit 2
 }
 
-mapfile -t files < <(find daemon client proto common probe -type f \( -name '*.cc' -o -name '*.h' \) \
+mapfile -t files < <(find daemon client proto common probe gitquery -type f \( -name '*.cc' -o -name '*.h' \) \
   ! -name '*.pb.*' | LC_ALL=C sort)
 [ "${#files[@]}" -gt 0 ] || {
   echo "code-metrics: no sources under $(pwd)" >&2

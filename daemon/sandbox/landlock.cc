@@ -259,6 +259,36 @@ std::string landlock_status_detail() {
   return detail;
 }
 
+namespace {
+
+// A ruleset that handles every right this kernel's ABI (up to kNewestKnownAbi) knows, TCP
+// included, with the abstract-socket and signal scopes; `abi` and `fs` get what it handles.
+// Needs no_new_privs.
+UniqueFd new_ruleset(int kernel_abi, int& abi, uint64_t& fs) {
+  if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) {
+    throw Error(ERROR_LAUNCH_FAILED, "apply_landlock: no_new_privs must be set first");
+  }
+  abi = std::min(kernel_abi, kNewestKnownAbi);
+  RulesetAttr attr{};
+  attr.handled_access_fs = handled_fs_for(abi);
+  if (abi >= 4) {
+    attr.handled_access_net = LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP;
+  }
+  if (abi >= 6) attr.scoped = LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL;
+  const long ruleset_fd = syscall(SYS_landlock_create_ruleset, &attr, ruleset_attr_size(abi), 0U);
+  if (ruleset_fd < 0) throw_errno("apply_landlock: landlock_create_ruleset");
+  fs = attr.handled_access_fs;
+  return UniqueFd(static_cast<int>(ruleset_fd));
+}
+
+void restrict_self(const UniqueFd& ruleset) {
+  if (syscall(SYS_landlock_restrict_self, ruleset.get(), 0U) != 0) {
+    throw_errno("apply_landlock: landlock_restrict_self");
+  }
+}
+
+}  // namespace
+
 // landlock_restrict_self() needs no_new_privs (or CAP_SYS_ADMIN, which the
 // role no longer has): call this after drop_to_role_user(), which sets it.
 int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan) {
@@ -272,23 +302,9 @@ int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan) {
     }
     return 0;
   }
-  if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) {
-    throw Error(ERROR_LAUNCH_FAILED, "apply_landlock: no_new_privs must be set first");
-  }
-  const int abi = std::min(kernel_abi, kNewestKnownAbi);
-
-  RulesetAttr attr{};
-  attr.handled_access_fs = handled_fs_for(abi);
-  if (abi >= 4) {
-    attr.handled_access_net = LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP;
-  }
-  if (abi >= 6) attr.scoped = LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL;
-
-  const long ruleset_fd = syscall(SYS_landlock_create_ruleset, &attr, ruleset_attr_size(abi), 0U);
-  if (ruleset_fd < 0) throw_errno("apply_landlock: landlock_create_ruleset");
-  UniqueFd ruleset(static_cast<int>(ruleset_fd));
-
-  const uint64_t fs = attr.handled_access_fs;
+  int abi = 0;
+  uint64_t fs = 0;
+  const UniqueFd ruleset = new_ruleset(kernel_abi, abi, fs);
   // Rights add up along the path: a writable tree that holds the project (a project below
   // /tmp) must not grant what the project itself may not have. The read-only project holds the
   // role's writable home.
@@ -308,10 +324,19 @@ int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan) {
   if (plan.has_auth_home()) {
     add_path_rule(ruleset.get(), plan.auth_home_target(), Kind::kReadExec, fs);
   }
+  restrict_self(ruleset);
+  return abi;
+}
 
-  if (syscall(SYS_landlock_restrict_self, ruleset.get(), 0U) != 0) {
-    throw_errno("apply_landlock: landlock_restrict_self");
-  }
+int apply_read_only_landlock() {
+  const int kernel_abi = landlock_abi_version();
+  if (kernel_abi == 0) return 0;
+  int abi = 0;
+  uint64_t fs = 0;
+  const UniqueFd ruleset = new_ruleset(kernel_abi, abi, fs);
+  add_path_rule(ruleset.get(), "/", Kind::kReadExec, fs);
+  add_path_rule(ruleset.get(), "/dev/null", Kind::kDevice, fs);
+  restrict_self(ruleset);
   return abi;
 }
 

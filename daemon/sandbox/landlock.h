@@ -22,4 +22,9 @@ std::string landlock_status_detail();
 // has none, which throws Error instead when plan.require_landlock()).
 int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan);
 
+// For pando-helper-git-query, which reads the caller's files as the caller: read and execute
+// anywhere, write nowhere but /dev/null, no TCP, the same scopes. Best effort, like a session
+// without require_landlock: returns 0 on a kernel without Landlock. Needs no_new_privs.
+int apply_read_only_landlock();
+
 }  // namespace pando::sandbox

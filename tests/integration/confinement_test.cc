@@ -473,14 +473,12 @@ TEST_F(ConfinementTest, HomeAndTmpdirAreWritableInBothRoles) {
                            role);
     ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
     EXPECT_EQ(r.out, "home yes\ntmpdir yes\ntmp yes\n");
-    // /tmp inside is the session's own tmpfs.
+    // /tmp (TMPDIR) inside is the session's own tmpfs; HOME is on disk, the caller's.
     EXPECT_FALSE(fs::exists(private_tmp_file)) << private_tmp_file;
-    const std::string sandbox = project_ + "/.pando-sandbox/" + role;
-    for (const std::string& path : {sandbox + "/home/h.txt", sandbox + "/tmp/t.txt"}) {
-      const struct stat st = stat_of(path);
-      EXPECT_EQ(st.st_uid, caller().uid) << path;
-      EXPECT_EQ(st.st_gid, caller().gid) << path;
-    }
+    const std::string home_file = project_ + "/.pando-sandbox/" + role + "/home/h.txt";
+    const struct stat st = stat_of(home_file);
+    EXPECT_EQ(st.st_uid, caller().uid) << home_file;
+    EXPECT_EQ(st.st_gid, caller().gid) << home_file;
   }
 }
 

@@ -204,15 +204,15 @@ TEST_F(SelftestTest, JsonOutputIsJsonLines) {
   EXPECT_GE(count_lines_starting(r.out, "{\"check\":\"core/"), 30u) << r.out;
   RunOptions parse;
   parse.stdin_data = r.out;
-  const RunResult parsed = run_as(
-      caller(),
-      {"/usr/bin/python3", "-c",
-       "import json,sys\n"
-       "rows=[json.loads(l) for l in sys.stdin]\n"
-       "checks=[r for r in rows if 'check' in r]\n"
-       "assert all(r['result'] in ('PASS','FAIL','SKIP','WARN') and 'detail' in r for r in checks)\n"
-       "print(len(checks))\n"},
-      parse);
+  const RunResult parsed = run_as(caller(),
+                                  {"/usr/bin/python3", "-c",
+                                   "import json,sys\n"
+                                   "rows=[json.loads(l) for l in sys.stdin]\n"
+                                   "checks=[r for r in rows if 'check' in r]\n"
+                                   "assert all(r['result'] in ('PASS','FAIL','SKIP','WARN') and "
+                                   "'detail' in r for r in checks)\n"
+                                   "print(len(checks))\n"},
+                                  parse);
   EXPECT_EQ(parsed.exit_code, 0) << parsed.err << r.out;
   EXPECT_GE(std::stoi(parsed.out.empty() ? "0" : parsed.out), 30) << parsed.out;
 }

@@ -176,6 +176,7 @@ run_checks() {
 755 root:root /usr/libexec/pando-helper
 755 root:root /usr/libexec/pando-helper/pando-helper-sandbox
 755 root:root /usr/libexec/pando-helper/pando-helper-probe
+755 root:root /usr/libexec/pando-helper/pando-helper-git-query
 644 root:root /etc/pando/pando-helperd.conf
 755 root:root /etc/pando
 644 root:root /lib/systemd/system/pando-helperd.service

@@ -7,6 +7,7 @@ expected_layout() {
 -rw-r--r-- /etc/pando/pando-helperd.conf
 -rwxr-xr-x /usr/bin/pando-helper
 -rwxr-xr-x /usr/sbin/pando-helperd
+-rwxr-xr-x /usr/libexec/pando-helper/pando-helper-git-query
 -rwxr-xr-x /usr/libexec/pando-helper/pando-helper-probe
 -rwxr-xr-x /usr/libexec/pando-helper/pando-helper-sandbox
 -rw-r--r-- $unitdir/pando-helperd.service

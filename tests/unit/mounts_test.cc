@@ -143,10 +143,12 @@ class TempProject {
     plan.set_sandbox_home(sandbox_dir);
     plan.set_has_auth_home(true);
     plan.set_auth_home_target(sandbox_dir + "/home/.pando-ai");
-    plan.add_hidden_files(".env");
-    plan.add_hidden_files(".env.*");
-    plan.set_project_scan_max_entries(1000);
-    plan.set_project_scan_max_depth(16);
+    // What the daemon finds of the hidden_files patterns (daemon/project_exits.cc): the
+    // launcher masks what the plan lists.
+    for (const std::string& mask : {std::string(".env"), std::string("sub/.env.local"),
+                                   ".pando-sandbox/" + role_ + "/home/.env"}) {
+      plan.add_masks(mask);
+    }
     return plan;
   }
 
@@ -564,15 +566,15 @@ TEST_F(MountsTest, CoreProjectIsReadOnlyButHomeIsWritable) {
           role.check(write_fails_with("/pando-auth/new", EROFS), "/pando-auth writable");
           role.check(write_fails_with("/pando-new", EROFS), "/ writable by the role");
           role.check(write_fails_with(project + "/secret.txt", EROFS), "core can modify a file");
-          const int fd = open((home + "/tmp/scratch").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-          role.check(fd >= 0, "core sandbox tmp not writable");
+          const int fd = open((home + "/cache/scratch").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+          role.check(fd >= 0, "core sandbox cache not writable");
           if (fd >= 0) close(fd);
         });
       });
   expect_clean(result);
   struct stat st {};
   EXPECT_NE(lstat((temp.project + "/new.txt").c_str(), &st), 0);
-  ASSERT_EQ(lstat((temp.sandbox_dir + "/tmp/scratch").c_str(), &st), 0);
+  ASSERT_EQ(lstat((temp.sandbox_dir + "/cache/scratch").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, kCallerUid);
 }
 
