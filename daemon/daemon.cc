@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "common/json_log.h"
 #include "daemon/sandbox/landlock.h"
 #include "daemon/sandbox/mounts.h"
+#include "daemon/sandbox/namespaces.h"
 #include "daemon/sandbox/seccomp.h"
 #include "daemon/service_manager.h"
 #include "daemon/session.h"
@@ -561,7 +563,12 @@ v1::Status Daemon::status() const {
     layer->set_available(available);
     layer->set_detail(detail);
   };
-  add("namespaces", true, "mount, pid, net, ipc, uts, cgroup (new for every session)");
+  // Namespaces whose calls the environment refuses say why: a filter, or the kernel. (A filter
+  // that refuses seccomp() stops the daemon at start, saying so: see compile_rules().)
+  const std::optional<std::string> no_ns = sandbox::namespaces_refused();
+  add("namespaces", !no_ns,
+      no_ns ? "unavailable: " + *no_ns
+            : "mount, pid, net, ipc, uts, cgroup (new for every session)");
   add("seccomp", true, sandbox::seccomp_status_detail());
   const int abi = sandbox::landlock_abi_version();
   add("landlock", abi > 0, sandbox::landlock_status_detail());
