@@ -101,7 +101,7 @@ std::string set_up_at_parent(const CgroupManager::UnifiedSetup& setup,
                              std::vector<std::string>* enabled, std::string* error) {
   if (!cgroup_text::valid_parent(setup.parent)) {
     throw pando::Error(pando::helper::v1::ERROR_CONFIG_INVALID,
-                       "invalid cgroup parent '" + setup.parent + "'");
+                       "cgroups.parent '" + setup.parent + "' " + cgroup_text::kValidParentRule);
   }
   std::string dir = setup.mount_point;
   for (const auto& part : split(setup.parent, '/')) {

@@ -414,9 +414,8 @@ CgroupManager CgroupManager::none(std::string detail) {
 CgroupManager CgroupManager::detect(const pando::helper::config::v1::CgroupConfig& config) {
   const std::string& parent = config.parent();
   if (!cgroup_text::valid_parent(parent)) {
-    throw pando::Error(
-        ERROR_CONFIG_INVALID,
-        "cgroups.parent '" + parent + "' must be a relative path without '.', '..' or empty parts");
+    throw pando::Error(ERROR_CONFIG_INVALID,
+                       "cgroups.parent '" + parent + "' " + cgroup_text::kValidParentRule);
   }
   std::vector<cgroup_text::Mount> mounts;
   std::string own_path = "/";

@@ -325,8 +325,13 @@ std::vector<Membership> parse_proc_cgroup(std::string_view text);
 // "<quota> 100000" for cpu.max; "max 100000" for 0.
 std::string cpu_max_line(uint32_t percent);
 
-// A relative path of non-empty components without "." or "..", each of [A-Za-z0-9._-].
+// A relative path of at most 256 characters whose components are non-empty, not "." or "..",
+// each of [A-Za-z0-9._-]: the one check of cgroups.parent, at config load and at start.
 bool valid_parent(std::string_view parent);
+// What valid_parent() asks, for every refusal of a parent.
+inline constexpr char kValidParentRule[] =
+    "must be a relative path of at most 256 letters, digits, '-', '_' and '.', without empty, "
+    "'.' or '..' parts";
 
 // 1..64 characters of [A-Za-z0-9_-].
 bool valid_session_id(std::string_view id);

@@ -277,9 +277,7 @@ void check_cgroup_settings(const Checker& checker, DaemonConfig& config) {
   // The test CgroupManager::detect applies at start, so that --check-config says what the
   // daemon will say.
   if (!cgroup_text::valid_parent(parent)) {
-    checker.fail({"cgroups", "parent"}, -1,
-                 "must be a relative path of at most 256 letters, digits, '-', '_' and '.', "
-                 "without empty, '.' or '..' parts");
+    checker.fail({"cgroups", "parent"}, -1, cgroup_text::kValidParentRule);
   }
   auto* caller = config.mutable_caller_limits();
   if (!caller->has_memory_max_bytes()) caller->set_memory_max_bytes(8ULL << 30);

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -20,7 +21,6 @@
 #include "common/json_log.h"
 #include "daemon/sandbox/landlock.h"
 #include "daemon/sandbox/mounts.h"
-#include "daemon/sandbox/seccomp.h"
 #include "daemon/service_manager.h"
 #include "daemon/session.h"
 #include "proto/error.h"

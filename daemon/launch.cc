@@ -15,6 +15,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/blocked_syscall.h"
 #include "common/fd_passing.h"
 #include "common/json_log.h"
 #include "daemon/sandbox/mounts.h"
@@ -258,6 +259,8 @@ LauncherTemplate::Answer LauncherTemplate::receive_answer(int flags, StartedSand
   requested_.pop_front();
   if (n == sizeof(answer) && !truncated && answer < 0 && fds.empty()) {
     errno = -answer;
+    // The template runs under the daemon's own seccomp filters: probed here alike.
+    throw_if_refused_by_environment(kClone3Call, "the launcher template's clone3 of a session");
     fail("the launcher template's clone()");
   }
   if (n != sizeof(answer) || truncated || answer <= 0 || fds.size() != 1) {

@@ -44,8 +44,11 @@ bool is_same_or_under(const std::string& path, const std::string& tree) {
       throw Error(v1::ERROR_PATH_SYMLINK, what + " has a symbolic link in it (not followed)");
     case ENOTDIR:
       throw Error(v1::ERROR_PATH_NOT_DIRECTORY, what + " is not a directory");
-    case EACCES:
     case EPERM:
+      // A container's seccomp filter answers openat2 with EPERM: a host problem, not the path.
+      throw_if_refused_by_environment(kOpenat2Call, what);
+      [[fallthrough]];
+    case EACCES:
       throw Error(v1::ERROR_PATH_ACCESS_DENIED, what + " is not reachable with your permissions");
     case EXDEV:
       throw Error(v1::ERROR_PATH_SYMLINK, what + " escapes its parent");

@@ -1,7 +1,9 @@
+#include <optional>
 #include <string>
 
 #include "daemon/daemon.h"
 #include "daemon/sandbox/landlock.h"
+#include "daemon/sandbox/namespaces.h"
 #include "daemon/sandbox/seccomp.h"
 
 namespace pando::daemon {
@@ -20,7 +22,12 @@ v1::Status Daemon::status() const {
     layer->set_available(available);
     layer->set_detail(detail);
   };
-  add("namespaces", true, "mount, pid, net, ipc, uts, cgroup (new for every session)");
+  // Namespaces whose calls the environment refuses say why: a filter, or the kernel. (A filter
+  // that refuses seccomp() stops the daemon at start, saying so: see compile_rules().)
+  const std::optional<std::string> no_ns = sandbox::namespaces_refused();
+  add("namespaces", !no_ns,
+      no_ns ? "unavailable: " + *no_ns
+            : "mount, pid, net, ipc, uts, cgroup (new for every session)");
   add("seccomp", true, sandbox::seccomp_status_detail());
   const int abi = sandbox::landlock_abi_version();
   add("landlock", abi > 0, sandbox::landlock_status_detail());

@@ -17,6 +17,7 @@
 #define PANDO_PROBE_SHADOW_PATH "/etc/shadow"
 #endif
 
+#include "daemon/sandbox/proc_masks.h"
 #include "probe/probe.h"
 
 namespace pando::probe {
@@ -94,6 +95,26 @@ void check_proc_pids() {
   pass("view.proc_pids", "only this process and the session's init (pid 1) in /proc");
 }
 
+// Each host-wide /proc entry the launcher masks reads empty here, where the host has it (an
+// entry the host lacks is absent from the session's procfs too). The role cannot open most of
+// them unmasked (kcore is root's), so only an empty read passes.
+void check_proc_masked() {
+  std::vector<std::string> shown;
+  for (const char* name : pando::sandbox::kProcMasked) {
+    const std::string path = std::string("/proc/") + name;
+    struct stat st {};
+    if (lstat(path.c_str(), &st) != 0 && errno == ENOENT) continue;
+    const bool empty = S_ISDIR(st.st_mode)
+                           ? list_dir(path).empty()
+                           : access(path.c_str(), R_OK) == 0 && read_file(path).empty();
+    if (!empty) shown.push_back(path);
+  }
+  if (!shown.empty()) return fail("view.proc_masked", "not masked: " + join(shown));
+  pass("view.proc_masked",
+       "kernel memory, keys, timers, boot command line, memory map, "
+       "interrupt and zone counters read empty in /proc");
+}
+
 void check_dev_nodes() {
   static const std::set<std::string> kExpected = {"null",  "zero",   "full",   "random", "urandom",
                                                   "tty",   "pts",    "ptmx",   "shm",    "fd",
@@ -126,6 +147,7 @@ void view_checks() {
   check_sys();
   check_daemon_socket();
   check_proc_pids();
+  check_proc_masked();
   check_dev_nodes();
   check_mknod();
   check_root_read_only();

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/blocked_syscall.h"
 #include "common/unique_fd.h"
 #include "proto/error.h"
 
@@ -229,6 +230,15 @@ void add_path_rule(int ruleset, const std::string& path, Kind kind, uint64_t han
   }
 }
 
+// Why the version query failed with `error`. The kernel itself answers it
+// with ENOSYS (no Landlock) or EOPNOTSUPP (disabled) only; anything else is a
+// seccomp filter around this process (systemd-nspawn's answers EPERM).
+std::string landlock_unavailable_reason(int error) {
+  if (error == EOPNOTSUPP) return "built in but disabled (boot with lsm=...,landlock)";
+  return refused_by_environment(kLandlockCall)
+      .value_or(std::string("landlock_create_ruleset: ") + std::strerror(error));
+}
+
 }  // namespace
 
 int landlock_abi_version() {
@@ -239,20 +249,7 @@ int landlock_abi_version() {
 std::string landlock_status_detail() {
   int error = 0;
   const int abi = query_abi(&error);
-  if (abi == 0) {
-    if (error == EOPNOTSUPP) {
-      return "unavailable: built in but disabled (boot with lsm=...,landlock)";
-    }
-    // A seccomp filter may fake ENOSYS too (systemd's do), which cannot be
-    // told apart from a kernel without Landlock.
-    if (error == ENOSYS) {
-      return "unavailable: not supported by this kernel (or a seccomp filter hides it)";
-    }
-    // The kernel itself answers only those two: anything else comes from a
-    // seccomp filter around this process (a container's, a service manager's).
-    return std::string("unavailable: landlock_create_ruleset is refused (") + std::strerror(error) +
-           "): a seccomp filter of the container or service manager blocks it";
-  }
+  if (abi == 0) return "unavailable: " + landlock_unavailable_reason(error);
   std::string detail = "ABI " + std::to_string(abi) + ": fs";
   if (abi >= 4) detail += ", net tcp";
   if (abi >= 6) detail += ", scope";
@@ -292,13 +289,13 @@ void restrict_self(const UniqueFd& ruleset) {
 // landlock_restrict_self() needs no_new_privs (or CAP_SYS_ADMIN, which the
 // role no longer has): call this after drop_to_role_user(), which sets it.
 int apply_landlock(const pando::helper::sandbox::v1::SandboxPlan& plan) {
-  const int kernel_abi = landlock_abi_version();
+  int error = 0;
+  const int kernel_abi = query_abi(&error);
   if (kernel_abi == 0) {
     if (plan.require_landlock()) {
       throw Error(ERROR_SANDBOX_UNSUPPORTED,
-                  "Landlock is required by the configuration but this kernel does not "
-                  "offer it (" +
-                      landlock_status_detail() + ")");
+                  "Landlock is required by the configuration but unavailable: " +
+                      landlock_unavailable_reason(error));
     }
     return 0;
   }

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "common/blocked_syscall.h"
 #include "proto/error.h"
 
 namespace pando::sandbox {
@@ -109,6 +110,7 @@ void set_mount_attrs(int mount_fd, std::uint64_t attrs, bool recursive, const st
   attr.attr_set = attrs;
   const unsigned flags = AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0);
   if (mount_setattr(mount_fd, "", flags, &attr, sizeof(attr)) != 0) {
+    throw_if_refused_by_environment(kMountSetattrCall, what);
     throw_errno("mount_setattr " + what);
   }
 }
@@ -130,11 +132,15 @@ void attach(int mount_fd, int target_fd, const std::string& what) {
 
 UniqueFd clone_private(int dir_fd, const char* path, unsigned flags, const std::string& what) {
   UniqueFd tree(open_tree(dir_fd, path, flags | OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
-  if (!tree.valid()) return tree;
+  if (!tree.valid()) {
+    throw_if_refused_by_environment(kOpenTreeCall, what);
+    return tree;
+  }
   mount_attr attr{};
   attr.propagation = MS_PRIVATE;
   if (mount_setattr(tree.get(), "", AT_EMPTY_PATH | (flags & AT_RECURSIVE), &attr, sizeof(attr)) !=
       0) {
+    throw_if_refused_by_environment(kMountSetattrCall, what);
     throw_errno("make the copy of " + what + " private");
   }
   return tree;

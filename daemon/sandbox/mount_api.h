@@ -63,7 +63,8 @@ void attach(int mount_fd, int target_fd, const std::string& what);
 // source's peer group (systemd makes / shared): mounts placed on it would
 // appear on the host, outliving the session, and the host's would appear
 // inside. Every copy the view is built from comes from here. Returns an
-// invalid fd with errno set when open_tree fails.
+// invalid fd with errno set when open_tree fails, unless the environment
+// refuses open_tree itself (ERROR_SANDBOX_UNSUPPORTED, thrown).
 UniqueFd clone_private(int dir_fd, const char* path, unsigned flags, const std::string& what);
 // A detached copy of a root-owned host location (system dirs, runtime paths).
 UniqueFd clone_host_tree(int dir_fd, const char* path, bool recursive, const std::string& what);

@@ -27,6 +27,7 @@
 
 #include "daemon/sandbox/mount_api.h"
 #include "daemon/sandbox/namespaces.h"
+#include "daemon/sandbox/proc_masks.h"
 #include "daemon/sandbox/project_exits.h"
 #include "proto/error.h"
 
@@ -222,7 +223,7 @@ void populate_proc(int root_fd, int proc_fd) {
   UniqueFd target = open_dir_beneath(root_fd, {"proc"}, true, "/proc");
   attach(proc_fd, target.get(), "/proc");
   verify_mount_flags(proc_fd, ST_NOSUID | ST_NODEV | ST_NOEXEC, "/proc");
-  for (const char* name : {"sys", "sysrq-trigger", "irq", "bus", "fs"}) {
+  for (const char* name : kProcReadOnly) {
     UniqueFd entry(openat(proc_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
     if (!entry.valid()) {
       if (errno == ENOENT) continue;
@@ -236,8 +237,7 @@ void populate_proc(int root_fd, int proc_fd) {
     attach(clone.get(), entry.get(), std::string("/proc/") + name);
     verify_mount_flags(clone.get(), kReadOnlyFlags | ST_NOEXEC, std::string("/proc/") + name);
   }
-  for (const char* name : {"kcore", "keys", "key-users", "timer_list", "sched_debug", "kallsyms",
-                           "latency_stats", "acpi", "scsi"}) {
+  for (const char* name : kProcMasked) {
     UniqueFd entry(openat(proc_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
     if (!entry.valid()) {
       if (errno == ENOENT) continue;

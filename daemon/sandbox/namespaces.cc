@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/blocked_syscall.h"
 #include "common/unique_fd.h"
 #include "proto/error.h"
 
@@ -54,6 +55,13 @@ pid_t fork_into_new_namespaces(int* pidfd) noexcept {
   return static_cast<pid_t>(syscall(SYS_clone3, &args, sizeof(args)));
 }
 
+std::optional<std::string> namespaces_refused() {
+  for (const ProbedSyscall& call : {kClone3Call, kUnshareCall}) {
+    if (std::optional<std::string> why = refused_by_environment(call)) return why;
+  }
+  return std::nullopt;
+}
+
 void set_up_namespaces() {
   if (sethostname(kSandboxHostName, sizeof(kSandboxHostName) - 1) != 0) throw_errno("sethostname");
   if (setdomainname(kSandboxHostName, sizeof(kSandboxHostName) - 1) != 0)
@@ -71,7 +79,10 @@ void join_session_cgroups(std::vector<UniqueFd>& tasks_files) {
 }
 
 void enter_cgroup_namespace() {
-  if (unshare(CLONE_NEWCGROUP) != 0) throw_errno("unshare(CLONE_NEWCGROUP)");
+  if (unshare(CLONE_NEWCGROUP) != 0) {
+    throw_if_refused_by_environment(kUnshareCall, "the session's cgroup namespace");
+    throw_errno("unshare(CLONE_NEWCGROUP)");
+  }
 }
 
 }  // namespace pando::sandbox

@@ -2,6 +2,8 @@
 
 #include <sys/types.h>
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "common/unique_fd.h"
@@ -18,6 +20,12 @@ inline constexpr char kSandboxHostName[] = "pando-sandbox";
 // *pidfd. Returns 0 in the copy, its pid in the caller, -1 with errno set.
 // Single-threaded callers only: the copy has the caller's one thread.
 pid_t fork_into_new_namespaces(int* pidfd) noexcept;
+
+// Why the environment refuses the calls that make a session's namespaces
+// (clone3 in the template, unshare in the launcher): a seccomp filter of a
+// container or service manager, or a kernel without them. nullopt when it
+// does not; `security status` says which.
+std::optional<std::string> namespaces_refused();
 
 // Runs first in a launcher, before any request: sets the hostname and brings
 // up the loopback interface of the private network namespace. Throws

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/blocked_syscall.h"
 #include "common/unique_fd.h"
 #include "daemon/sandbox/syscall_numbers.h"
 #include "proto/error.h"
@@ -342,7 +343,13 @@ UniqueFd compile_rules(const Rule (&rules)[N]) {
   Filter filter(seccomp_init(SCMP_ACT_ALLOW));
   if (!filter) throw Error(pando::helper::v1::ERROR_LAUNCH_FAILED, "seccomp_init failed");
   int rc = seccomp_attr_set(filter.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
-  if (rc != 0) throw_seccomp("setting the bad-arch action", rc);
+  if (rc != 0) {
+    // libseccomp asks seccomp() which actions the kernel has: where a filter around the daemon
+    // refuses seccomp(), it takes this one for missing, and no role could install a filter
+    // either. The daemon does not start, and says why.
+    throw_if_refused_by_environment(kSeccompCall, "seccomp");
+    throw_seccomp("setting the bad-arch action", rc);
+  }
   rc = seccomp_attr_set(filter.get(), SCMP_FLTATR_API_SYSRAWRC, 1);
   if (rc != 0) throw_seccomp("asking for kernel error codes", rc);
 

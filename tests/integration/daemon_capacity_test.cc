@@ -483,6 +483,54 @@ TEST_F(DaemonCapacityTest, ASlowAccountLookupHoldsUpNoOtherRequest) {
   EXPECT_TRUE(eventually([&] { return kill(getent, 0) != 0; }, 10s)) << "getent left behind";
 }
 
+// A launch that needs an account only getent knows (the caller's, in LDAP or SSSD) waits for
+// getent on its own thread: while the directory server does not answer, another caller's
+// launch is served in full. (On the event loop, one such lookup would hold every launch and
+// every other request until getent's timeout.)
+TEST_F(DaemonCapacityTest, AHangingAccountLookupStallsNoOtherCallersLaunch) {
+  TempDir files;
+  std::ifstream passwd_in("/etc/passwd");
+  std::ostringstream passwd;
+  for (std::string line; std::getline(passwd_in, line);) {
+    if (line.rfind(caller().name + ":", 0) != 0) passwd << line << "\n";
+  }
+  std::ofstream(files.path() + "/passwd") << passwd.str();
+  const std::string pid_file = files.path() + "/getent.pid";
+  std::ofstream(files.path() + "/getent") << "#!/bin/sh\necho $$ > " << pid_file << ".new && mv "
+                                          << pid_file << ".new " << pid_file << "\nexec sleep 60\n";
+  ASSERT_EQ(chmod((files.path() + "/getent").c_str(), 0755), 0);
+  DaemonOptions options;
+  options.files_over = {{files.path() + "/passwd", "/etc/passwd"},
+                        {files.path() + "/getent", "/usr/bin/getent"}};
+  start(options);
+
+  // The caller's launch asks getent for the caller's account, and getent hangs.
+  RunningClient slow(caller(),
+                     {daemon_->client(), "security", "launch", "--role", "workspace",
+                      "--project-root", project_, "--stdio", "--socket", daemon_->socket_path()});
+  slow.close_stdin();
+  pid_t getent = -1;
+  ASSERT_TRUE(eventually(
+      [&] {
+        std::ifstream in(pid_file);
+        return static_cast<bool>(in >> getent);
+      },
+      20s))
+      << daemon_->log();
+  RunOptions other;
+  other.stdin_data = "echo served-$((6 * 7))\n";
+  other.timeout = 30s;
+  const RunResult served = launch(*daemon_, other_user(), "workspace", other_project_, other);
+  EXPECT_EQ(served.exit_code, 0) << served.err << daemon_->log();
+  EXPECT_EQ(served.out, "served-42\n");
+  EXPECT_EQ(kill(getent, 0), 0) << "the other launch was served only after getent ended";
+  // Ended here rather than by the daemon's timeout, so that no getent outlives the test; the
+  // slow launch then goes on or was refused in the meantime (ERROR_PROJECT_TIMEOUT).
+  kill(getent, SIGKILL);
+  slow.wait();
+  EXPECT_TRUE(eventually([&] { return kill(getent, 0) != 0; }, 10s)) << "getent left behind";
+}
+
 // The daemon stops while a resolution thread is stuck: the event loop answers
 // SIGTERM and the client, and the process ends without waiting for the thread.
 // (A request the FUSE server already read can only end with an answer or an

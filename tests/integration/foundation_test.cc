@@ -8,13 +8,16 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/integration/harness.h"
 
@@ -466,6 +469,75 @@ TEST_F(FoundationTest, ABlockedSystemCallIsReportedAsAHostProblem) {
   EXPECT_NE(r.err.find("ERROR_SANDBOX_UNSUPPORTED"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("openat2 is blocked"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("ERROR_PATH_NOT_FOUND"), std::string::npos) << r.err;
+}
+
+// A container's or service manager's seccomp filter that refuses a layer's system call
+// (systemd-nspawn and Docker answer the calls they do not allow with EPERM; Docker answers
+// clone3 with ENOSYS) is named in `security status` and in the launch's refusal. Taken for a
+// kernel without the layer, for a filesystem without idmapped mounts or for a path the caller
+// cannot reach, it sends the admin looking in the wrong place while the layer stays off.
+TEST_F(FoundationTest, ALayerThatAFilterRefusesIsNamedAsBlockedNotAsMissing) {
+  struct Case {
+    int syscall;
+    int error;
+    std::string extra_config;
+    std::string status_line;  // "" where status has no layer of its own for the call
+    std::string refusal;
+  };
+  const std::string eperm =
+      " is blocked by a seccomp filter (EPERM) of the container or service manager";
+  const std::string enosys =
+      " is not supported by this kernel (ENOSYS), or a seccomp filter hides it";
+  const std::vector<Case> cases = {
+      {SYS_openat2, EPERM, "", "", "openat2" + eperm},
+      {SYS_open_tree, EPERM, "", "layer idmapped_mounts: unavailable", "open_tree" + eperm},
+      {SYS_mount_setattr, EPERM, "", "layer idmapped_mounts: unavailable", "mount_setattr" + eperm},
+      {SYS_landlock_create_ruleset, EPERM, "require_landlock: true",
+       "layer landlock: unavailable (unavailable: landlock_create_ruleset" + eperm + ")",
+       "Landlock is required by the configuration but unavailable: landlock_create_ruleset" +
+           eperm},
+      {SYS_unshare, EPERM, "", "layer namespaces: unavailable (unavailable: unshare" + eperm + ")",
+       "unshare" + eperm},
+      {SYS_clone3, ENOSYS, "", "layer namespaces: unavailable (unavailable: clone3" + enosys + ")",
+       "clone3" + enosys},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.refusal);
+    daemon_.reset();
+    DaemonOptions options;
+    (c.error == EPERM ? options.eperm_syscalls : options.enosys_syscalls) = {c.syscall};
+    options.extra_config = c.extra_config;
+    daemon_ = std::make_unique<Daemon>(options);
+    project_ = daemon_->dir().make_dir("proj", caller());
+    const RunResult status = run_as(caller(), {daemon_->client(), "security", "status", "--socket",
+                                               daemon_->socket_path(), "--project-root", project_});
+    EXPECT_EQ(status.exit_code, 0) << status.err;
+    if (!c.status_line.empty()) {
+      EXPECT_NE(status.out.find(c.status_line), std::string::npos) << status.out;
+    }
+    const RunResult r = sh("echo launched");
+    EXPECT_EQ(r.exit_code, 77) << r.out << r.err << daemon_->log();
+    EXPECT_NE(r.err.find("ERROR_SANDBOX_UNSUPPORTED"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.refusal), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+    if (c.error != EPERM) continue;
+    // What an EPERM of the kernel's own would mean, said of a filter's.
+    for (const char* misread : {"not supported by this kernel", "does not support idmapped",
+                                "not reachable with your permissions"}) {
+      EXPECT_EQ(status.out.find(misread), std::string::npos) << status.out;
+      EXPECT_EQ(r.err.find(misread), std::string::npos) << r.err;
+    }
+  }
+  // A filter that refuses seccomp() itself: no role could install its filter, and libseccomp
+  // cannot build one; the daemon does not start, and says why.
+  daemon_.reset();
+  DaemonOptions options;
+  options.eperm_syscalls = {SYS_seccomp};
+  options.expect_start = false;
+  Daemon refused(options);
+  const int status = refused.wait_exit(20s);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << refused.log();
+  EXPECT_NE(refused.log().find("seccomp: seccomp" + eperm), std::string::npos) << refused.log();
 }
 
 TEST_F(FoundationTest, HelpIsPerSubcommandOnStdout) {

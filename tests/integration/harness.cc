@@ -30,6 +30,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "common/fd_passing.h"
 
@@ -245,16 +246,19 @@ Daemon::Daemon(DaemonOptions options) {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
   };
-  for (int nr : options.enosys_syscalls) {
-    filter.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1));
-    filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS));
+  for (const auto& [syscalls, error] :
+       {std::pair(&options.enosys_syscalls, ENOSYS), std::pair(&options.eperm_syscalls, EPERM)}) {
+    for (int nr : *syscalls) {
+      filter.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1));
+      filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | static_cast<uint32_t>(error)));
+    }
   }
   filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
   const sock_fprog program{static_cast<unsigned short>(filter.size()), filter.data()};
 
   pid_ = fork();
   if (pid_ == 0) {
-    if (!options.enosys_syscalls.empty() &&
+    if ((!options.enosys_syscalls.empty() || !options.eperm_syscalls.empty()) &&
         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0) != 0) {
       _exit(125);
     }

@@ -81,6 +81,9 @@ struct DaemonOptions {
   // System calls that fail with ENOSYS in the daemon and its children, as a service manager's
   // seccomp filter makes them (systemd's RestrictSUIDSGID= does it to openat2).
   std::vector<int> enosys_syscalls;
+  // System calls that fail with EPERM likewise, as systemd-nspawn's and Docker's filters answer
+  // the calls they do not allow.
+  std::vector<int> eperm_syscalls;
   // Runs the daemon in a mount namespace of its own whose mounts are all shared, as on a host
   // with systemd as PID 1 (this CI host's are private): what a session mounts must not
   // propagate into it.

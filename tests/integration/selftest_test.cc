@@ -113,7 +113,8 @@ TEST_F(SelftestTest, BothRolesPassOnThisHostAndTheTemporaryProjectIsRemoved) {
         "PASS workspace/project.git_rename", "PASS core/project.other_role_home",
         "PASS workspace/project.other_role_home", "PASS core/view.shadow",
         "PASS workspace/seccomp.unshare_user", "PASS workspace/seccomp.other_write_chmod",
-        "PASS workspace/seccomp.acl"}) {
+        "PASS workspace/seccomp.acl", "PASS core/view.proc_masked",
+        "PASS workspace/view.proc_masked"}) {
     EXPECT_NE(r.out.find(check), std::string::npos) << check << "\n" << r.out;
   }
   EXPECT_NE(r.out.find("selftest: "), std::string::npos) << r.out;

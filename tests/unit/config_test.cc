@@ -8,7 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string>
+#include <vector>
 
+#include "daemon/cgroups.h"
 #include "proto/error.h"
 
 namespace pando::daemon {
@@ -145,17 +148,27 @@ TEST(Config, RejectsBadValues) {
             std::string::npos);
   EXPECT_NE(error_of(std::string(kRoles) + "log_level: \"loud\"").find("log_level"),
             std::string::npos);
-  // Each of these the daemon's cgroup setup refuses at start too.
-  for (const char* parent :
-       {"../escape", "/absolute", "a//b", "a/./b", "with space", "a:b", "trailing/"}) {
+  // --check-config refuses each of these as the daemon's cgroup setup refuses it at start, for
+  // the same reason (both ask valid_parent): a config that passes the check must not stop the
+  // daemon.
+  for (const std::string& parent :
+       std::vector<std::string>{"../escape", "/absolute", "a//b", "a/./b", "with space", "a:b",
+                                "trailing/", std::string(257, 'a')}) {
     EXPECT_NE(error_of(std::string(kRoles) + "cgroups { parent: \"" + parent + "\" }")
-                  .find("cgroups.parent"),
+                  .find(std::string("cgroups.parent: ") + cgroup_text::kValidParentRule),
               std::string::npos)
         << parent;
+    pando::helper::config::v1::CgroupConfig cgroups;
+    cgroups.set_parent(parent);
+    try {
+      CgroupManager::detect(cgroups);
+      ADD_FAILURE() << "the daemon's start takes " << parent;
+    } catch (const pando::Error& e) {
+      EXPECT_EQ(e.code(), pando::helper::v1::ERROR_CONFIG_INVALID) << parent;
+      EXPECT_NE(std::string(e.what()).find(cgroup_text::kValidParentRule), std::string::npos)
+          << e.what();
+    }
   }
-  EXPECT_NE(error_of(std::string(kRoles) + "cgroups { parent: \"" + std::string(257, 'a') + "\" }")
-                .find("cgroups.parent"),
-            std::string::npos);
   EXPECT_EQ(error_of(std::string(kRoles) + "cgroups { parent: \"system.slice/pando_helper-1\" }"),
             "");
   EXPECT_NE(error_of(std::string(kRoles) + "max_sessions: 0").find("max_sessions"),

@@ -20,6 +20,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -355,26 +356,67 @@ TEST(LandlockStatusTest, DescribesTheAbi) {
   EXPECT_EQ(detail.find("scope") != std::string::npos, abi >= 6) << detail;
 }
 
+// Makes `nr` fail with `error` in this process and its children, as a container's or service
+// manager's seccomp filter does; 0, or the errno of the install.
+int refuse_syscall(long nr, int error) {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | static_cast<uint32_t>(error)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  const sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0) != 0) {
+    return errno;
+  }
+  return 0;
+}
+
 // A container's or service manager's seccomp filter that refuses Landlock's calls with EPERM
-// (systemd-nspawn's does) is named as such, not taken for a kernel without Landlock.
-TEST(LandlockStatusTest, NamesAFilterThatRefusesLandlock) {
+// (systemd-nspawn's does) is named as such in the status line and in the refusal of a launch
+// that requires Landlock: an admin told that the kernel lacks Landlock looks for a kernel, not
+// for the filter that turned a layer off.
+TEST(LandlockStatusTest, AFilterThatRefusesLandlockIsNotTakenForTheKernel) {
   const ChildResult result = RunInChild([](const Child& child) {
-    sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_landlock_create_ruleset, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    const sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0) != 0) {
-      return child.FailErrno("seccomp");
+    if (const int error = refuse_syscall(SYS_landlock_create_ruleset, EPERM); error != 0) {
+      return child.Fail(std::string("seccomp: ") + std::strerror(error));
     }
     const std::string detail = pando::sandbox::landlock_status_detail();
-    if (detail.find("Operation not permitted") == std::string::npos ||
-        detail.find("seccomp filter") == std::string::npos ||
-        detail.find("not supported by this kernel") != std::string::npos) {
-      return child.Fail(detail);
+    if (detail !=
+        "unavailable: landlock_create_ruleset is blocked by a seccomp filter (EPERM) "
+        "of the container or service manager") {
+      return child.Fail("status: " + detail);
+    }
+    SandboxPlan plan;
+    plan.set_require_landlock(true);
+    try {
+      apply_landlock(plan);
+      return child.Fail("applied under the filter");
+    } catch (const pando::Error& e) {
+      const std::string refusal = e.what();
+      if (e.code() != pando::helper::v1::ERROR_SANDBOX_UNSUPPORTED ||
+          refusal.find("blocked by a seccomp filter (EPERM)") == std::string::npos ||
+          refusal.find("kernel") != std::string::npos) {
+        return child.Fail("refusal: " + refusal);
+      }
+    }
+    return 0;
+  });
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+}
+
+// ENOSYS, which a filter can fake too (systemd's do), is said to be either.
+TEST(LandlockStatusTest, AnEnosysIsSaidToBeTheKernelOrAFilter) {
+  const ChildResult result = RunInChild([](const Child& child) {
+    if (const int error = refuse_syscall(SYS_landlock_create_ruleset, ENOSYS); error != 0) {
+      return child.Fail(std::string("seccomp: ") + std::strerror(error));
+    }
+    const std::string detail = pando::sandbox::landlock_status_detail();
+    if (detail.rfind("unavailable: ", 0) != 0 ||
+        detail.find("not supported by this kernel") == std::string::npos ||
+        detail.find("seccomp filter") == std::string::npos) {
+      return child.Fail("status: " + detail);
     }
     return 0;
   });

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -543,6 +544,68 @@ TEST_F(MountsTest, WorkspaceViewIsConfinedAndIdmapped) {
   EXPECT_EQ(st.st_uid, kCallerUid) << "auth home mount point created as the caller";
   EXPECT_EQ(read_text(temp.project + "/.env"), "TOKEN=top");
   EXPECT_EQ(list_dir(temp.base), (std::set<std::string>{"auth", "marker", "proj"}));
+}
+
+// What the first byte of `path` reads: "" for an empty file (or a mask), "<missing>" when it
+// cannot be opened, "<unreadable>" when it cannot be read, "<dir>" for a directory with
+// entries. One byte at most: /proc/kcore
+// unmasked reads for as long as the machine has address space.
+std::string first_byte(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "<missing>";
+  struct stat st {};
+  char byte = 0;
+  std::string out = "<unreadable>";
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    out = list_dir(path).empty() ? "" : "<dir>";
+  } else if (const ssize_t n = read(fd, &byte, 1); n >= 0) {
+    out.assign(static_cast<size_t>(n), byte);
+  }
+  close(fd);
+  return out;
+}
+
+// /proc is the session's own, but some of its files are the host's: kernel memory, keyrings,
+// timers, and what fingerprints the machine or lets one watch its activity (the boot command
+// line, the physical memory map, interrupt counts per device, memory zone counters). Each is
+// masked, for root in the view too; what ordinary programs read (node's os.cpus() and free
+// memory, ps, top) still reads.
+TEST_F(MountsTest, ProcMasksWhatLeaksOrFingerprintsTheHostButNotWhatProgramsRead) {
+  const std::vector<std::string> masked = {
+      "kcore",         "keys", "key-users", "timer_list", "timer_stats", "sched_debug", "kallsyms",
+      "latency_stats", "acpi", "scsi",      "cmdline",    "iomem",       "interrupts",  "zoneinfo"};
+  // The ones that show root something on this host: an empty read in the view proves a mask
+  // only where there is something to hide.
+  std::vector<std::string> shown;
+  for (const std::string& name : masked) {
+    const std::string first = first_byte("/proc/" + name);
+    if (!first.empty() && first != "<missing>") shown.push_back(name);
+  }
+  for (const char* name : {"cmdline", "iomem", "interrupts", "zoneinfo", "timer_list"}) {
+    ASSERT_NE(std::find(shown.begin(), shown.end(), name), shown.end())
+        << "/proc/" << name << " shows nothing on this host";
+  }
+  TempProject temp("workspace");
+  ASSERT_NO_FATAL_FAILURE(temp.populate());
+  UniqueFd keep[3];
+  const SandboxFds fds = clone_fds(temp, true, keep);
+  const SandboxPlan plan = temp.plan(true);
+  RunResult result = run_sandboxed(
+      plan, [&] { return fds; },
+      [&](Reporter& r) {
+        for (const std::string& name : shown) {
+          r.check(first_byte("/proc/" + name).empty(), "/proc/" + name + " is not masked");
+        }
+        as_role(r, [&](Reporter& role) {
+          for (const char* name :
+               {"cpuinfo", "meminfo", "stat", "uptime", "loadavg", "self/status", "self/maps"}) {
+            const std::string first = first_byte(std::string("/proc/") + name);
+            role.check(!first.empty() && first.front() != '<',
+                       std::string("/proc/") + name + " unreadable: " + first);
+          }
+        });
+      });
+  expect_clean(result);
 }
 
 TEST_F(MountsTest, CoreProjectIsReadOnlyButHomeIsWritable) {
