@@ -536,12 +536,39 @@ def bench_live(args, cmds, errfd):
     return out
 
 
+def bench_projectsize(args, cmds, errfd):
+    """Launches of /bin/true (workspace) in projects of each size, helper and bwrap taking
+    turns launch by launch: the first helper launch of a project (the daemon reads it whole)
+    apart, then the median of the rest (the daemon reads what changed: nothing here)."""
+    out = {}
+    for size, project in zip(args.project_sizes, args.size_projects):
+        helper = cmds["helper"]("true")
+        helper[helper.index("--project-root") + 1] = project
+        bwrap = cmds["bwrap"]("true")
+        at = bwrap.index(args.project)
+        bwrap[at:at + 2] = [project, project]
+        first = run_one(helper, errfd, timeout=600)
+        samples = {"helper": [], "bwrap": []}
+        for _ in range(args.size_launches):
+            samples["helper"].append(run_one(helper, errfd))
+            samples["bwrap"].append(run_one(bwrap, errfd))
+        out[str(size)] = {"first_ns": first,
+                          "helper": stats_ns(samples["helper"]),
+                          "bwrap": stats_ns(samples["bwrap"])}
+        print(f"  {size:>9} entries: first {first / 1e6:.1f} ms, then helper median "
+              f"{out[str(size)]['helper']['median_ns'] / 1e6:.2f} ms, bwrap "
+              f"{out[str(size)]['bwrap']['median_ns'] / 1e6:.2f} ms", flush=True)
+    out["daemon_rss_kib"] = proc_status_kib(args.daemon_pid, "VmRSS") if args.daemon_pid else 0
+    return out
+
+
 SECTIONS = {
     "launch": ("launch latency (/bin/true)", bench_launch),
     "throughput": ("throughput (cat)", bench_throughput),
     "pingpong": ("round trip (64 B through cat)", bench_pingpong),
     "concurrent": ("concurrent sessions (/bin/true)", bench_concurrent),
     "live": ("live sessions (cat, all at once)", bench_live),
+    "projectsize": ("launch by project size (/bin/true, workspace)", bench_projectsize),
 }
 
 
@@ -741,6 +768,20 @@ def mode_report(args):
         pingpong_rows(r, every_cpu, judged=True)
     if pinned is not None and "pingpong" in pinned:
         pingpong_rows(pinned, f"CPU {','.join(map(str, pinned['params']['cpus']))}", judged=False)
+    if "projectsize" in r and not failed(r, "projectsize", "launch by project size"):
+        S = r["projectsize"]
+        sizes = [k for k in S if k.isdigit()]
+        empty = S[sizes[0]]["helper"]["median_ns"]
+        for size in sizes:
+            h, b = S[size]["helper"], S[size]["bwrap"]
+            row(f"launch /bin/true, project of {int(size):,} entries: p50",
+                f"empty {ms(empty)}", ms(h["median_ns"]), f"{h['median_ns'] / empty:.2f}x",
+                "<= 3x" if int(size) else "-",
+                h["median_ns"] <= 3 * empty if int(size) else None)
+            row("  vs bwrap", f"bwrap {ms(b['median_ns'])}", ms(h["median_ns"]),
+                f"{h['median_ns'] / b['median_ns']:.2f}x")
+            row("  first launch (the whole project read)", "-", ms(S[size]["first_ns"]))
+        row("  daemon RSS after", "-", f"{S['daemon_rss_kib'] / 1024:.1f} MiB")
     metric = f"{p['live']} live sessions"
     if "live" in r and not failed(r, "live", metric):
         V = r["live"]
@@ -800,6 +841,9 @@ def main():
     c.add_argument("--cgroup-parent", default="pandobench")
     c.add_argument("--sections", type=lambda v: v.split(","), default=list(SECTIONS))
     c.add_argument("--stdio-modes", type=lambda v: v.split(","), default=list(STDIO_MODES))
+    c.add_argument("--project-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[])
+    c.add_argument("--size-projects", type=lambda v: v.split(","), default=[])
+    c.add_argument("--size-launches", type=int, default=21)
     c.add_argument("--stderr-log", required=True)
     c.add_argument("--out", required=True)
     n = sub.add_parser("netns")

@@ -7,7 +7,7 @@
 set -euo pipefail
 
 quick=0
-all_sections=launch,throughput,pingpong,concurrent,live
+all_sections=launch,throughput,pingpong,concurrent,live,projectsize
 sections=$all_sections
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -38,7 +38,10 @@ ws_user=$prefix-ws
 caller=$prefix-caller
 cgroup_parent=$prefix
 
+# Entries of the projects the projectsize section launches in (bench/make_project.py).
+project_sizes=0,100000,1000000
 if [[ $quick -eq 1 ]]; then
+  project_sizes=0,10000,100000
   sequential=$((20 + 5))
   counts=(--launches 20 --mib 128 --throughput-runs 3 --pings 1000 --concurrent 20 --concurrent-runs 1 --live 100)
   netns_launches=20
@@ -115,7 +118,7 @@ chmod 755 "$tmp"
 project=$tmp/proj
 mkdir "$project"
 chown "$caller:$caller" "$project"
-install -m 0644 "$bench_dir/driver.py" "$tmp/driver.py"
+install -m 0644 "$bench_dir/driver.py" "$bench_dir/make_project.py" "$tmp/"
 stderr_log=$tmp/stderr.log
 touch "$stderr_log"
 chown "$caller" "$stderr_log"
@@ -175,6 +178,18 @@ as_caller() {
     env -i HOME="$caller_home" USER="$caller" LOGNAME="$caller" PATH=/usr/bin:/bin LANG=C.UTF-8 "$@"
 }
 
+size_projects=""
+if has_section projectsize; then
+  echo "== projects of $project_sizes entries (bench/make_project.py)"
+  for size in ${project_sizes//,/ }; do
+    dir=$tmp/size-$size
+    mkdir "$dir"
+    chown "$caller:$caller" "$dir"
+    as_caller python3 "$tmp/make_project.py" "$dir" "$size"
+    size_projects=${size_projects:+$size_projects,}$dir
+  done
+fi
+
 echo "== daemon"
 socket=$tmp/run/helper.sock
 start_daemon "$tmp/daemon.log"
@@ -191,7 +206,8 @@ echo "== caller-side measurements (as $caller)"
 caller_ok=1
 as_caller python3 "$tmp/driver.py" caller --client "$build_dir/pando-helper" --socket "$socket" \
   --project "$project" --stderr-log "$stderr_log" --out "$caller_json" --daemon-pid "$daemon_pid" \
-  --cgroup-parent "$cgroup_parent" --sections "$sections" "${counts[@]}" ||
+  --cgroup-parent "$cgroup_parent" --sections "$sections" "${counts[@]}" \
+  --project-sizes "$project_sizes" --size-projects "$size_projects" ||
   caller_ok=0
 if [[ -s "$stderr_log" ]]; then
   echo "-- stderr of the measured commands (first 20 lines):"

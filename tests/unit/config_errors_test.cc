@@ -41,6 +41,12 @@ TEST(ConfigErrors, DaemonFieldsOutOfRange) {
        "test.conf:1: log_file: must be an absolute, normalized path"},
       {"sandbox_helper_path: \"pando-helper-sandbox\"",
        "test.conf:1: sandbox_helper_path: must be an absolute, normalized path"},
+      {"git_path: \"git\"", "test.conf:1: git_path: must be an absolute, normalized path"},
+      // The git the daemon asks, as the caller, must be root's alone like what roles run.
+      {"git_path: \"/tmp/pando-no-such-dir/git\"",
+       "test.conf:1: git_path: /tmp/pando-no-such-dir does not exist and /tmp is writable by "
+       "group or others: each directory on the way and the path itself must be owned by root "
+       "and writable only by root"},
       {"cgroups { parent: \"/pando\" }",
        "test.conf:1: cgroups.parent: must be a relative path of at most 256 letters, digits, '-', "
        "'_' and '.', without empty, '.' or '..' parts"},
@@ -67,7 +73,6 @@ TEST(ConfigErrors, RoleFieldsOutOfRange) {
   const std::vector<Case> cases = {
       {"runtime_paths: \"/opt\" runtime_paths: \"opt/node\"",
        "test.conf:3: core.runtime_paths[1]: must be an absolute, normalized path"},
-      {"project_scan_max_depth: 0", "test.conf:3: core.project_scan_max_depth: must be at least 1"},
       {"locale: \"C.UTF-8\\nLD_PRELOAD=/x\"",
        "test.conf:3: core.locale: must not contain '=', NUL or newlines"},
       {"locale: \"a=b\"", "test.conf:3: core.locale: must not contain '=', NUL or newlines"},
