@@ -456,6 +456,43 @@ pid_after=$(inside systemctl show -P MainPID pando-helperd.service)
 	fail "the service's main pid is $pid_after after the restart (before: $pid_before)"
 echo "restarted: daemon pid $pid_before -> $pid_after"
 
+# --- The git of this release against every repository layout the project exits cover:
+# git_layouts.sh plants hooks and fsmonitors where the user's git would run them, and must
+# find each refused (SECURITY.md, "Persistence through the project"). The workspace role runs
+# the line it reads for this phase; the launch configuration comes back after it.
+phase "git layouts"
+launch_conf=$(cat "$root$conf")
+cat >"$root$conf" <<CONF
+# nspawn_test.sh: the workspace role runs the line it reads (git_layouts.sh).
+log_level: "info"
+core {
+  user: "pando-core"
+  argv: "/bin/true"
+}
+workspace {
+  user: "pando-workspace"
+  argv: "/bin/sh"
+  argv: "-c"
+  argv: "IFS= read -r cmd && eval \"\$cmd\""
+}
+cgroups {
+  allow_unlimited: $allow_unlimited
+}
+CONF
+inside systemctl stop pando-helperd.service >/dev/null 2>&1 || fail "systemctl stop pando-helperd.service"
+inside sh -c 'command -v git >/dev/null || apt-get install -y -q git' >"$tmp/apt-git.log" 2>&1 ||
+	{ cat "$tmp/apt-git.log" >&2; fail "apt-get install git in the container"; }
+cp "$src/tests/packaging/git_layouts.sh" "$root/root/git_layouts.sh"
+if inside /bin/bash /root/git_layouts.sh "$user" >"$tmp/git-layouts.log" 2>&1; then
+	sed 's/^/   /' "$tmp/git-layouts.log"
+else
+	sed 's/^/   /' "$tmp/git-layouts.log" >&2
+	inside journalctl -u pando-helperd.service --no-pager -n 30 >&2 || true
+	fail_later "git layouts with $suite's git"
+fi
+printf '%s\n' "$launch_conf" >"$root$conf"
+inside systemctl stop pando-helperd.service >/dev/null 2>&1 || fail "systemctl stop pando-helperd.service"
+
 # --- Upgrade to the second .deb. The conffile is edited first; the package's
 # version of it is the same in both .debs, which is the usual upgrade, and then
 # dpkg keeps the admin's file without asking.

@@ -153,8 +153,9 @@ int bind_errno(const std::string& path) {
 int mkfifo_errno(const std::string& path) { return mkfifo(path.c_str(), 0644) == 0 ? 0 : errno; }
 
 // A FIFO left in the project hangs host tools that open it, and a socket bound there is a channel
-// from the sandbox to any host process that connects. The sandbox home sits inside the project
-// on disk, as in the real layout, and its own rule grants both again; so do /tmp and /dev/shm.
+// from the sandbox to any process that connects, another session of the caller's included. The
+// sandbox home sits inside the project on disk, as in the real layout, shared by the role's
+// sessions: it grants neither. Only /tmp and /dev/shm (private to the session) do.
 TEST_F(LandlockTest, WorkspaceMakesNoFifoOrSocketInTheProject) {
   const std::string project = root_ + "/project";
   const std::string home = project + "/.pando-sandbox/workspace";
@@ -171,7 +172,7 @@ TEST_F(LandlockTest, WorkspaceMakesNoFifoOrSocketInTheProject) {
 
   const auto result = RunInChild([&](const Child& child) {
     if (int rc = restrict(child, workspace, abi_); rc != 0) return rc;
-    for (const std::string& dir : {project, project + "/sub"}) {
+    for (const std::string& dir : {project, project + "/sub", home}) {
       if (int e = mkfifo_errno(dir + "/fifo"); e != EACCES) {
         return child.Fail("mkfifo in " + dir + ": " + std::to_string(e));
       }
@@ -179,7 +180,7 @@ TEST_F(LandlockTest, WorkspaceMakesNoFifoOrSocketInTheProject) {
         return child.Fail("bind in " + dir + ": " + std::to_string(e));
       }
     }
-    std::vector<std::string> allowed = {home, tmp};
+    std::vector<std::string> allowed = {tmp};
     if (has_shm) allowed.push_back(shm);
     for (const std::string& dir : allowed) {
       if (int e = mkfifo_errno(dir + "/fifo")) {
@@ -194,14 +195,14 @@ TEST_F(LandlockTest, WorkspaceMakesNoFifoOrSocketInTheProject) {
   std::filesystem::remove_all(tmp);
   if (has_shm) std::filesystem::remove_all(shm);
   EXPECT_EQ(result.exit_code, 0) << result.output;
-  for (const std::string& dir : {project, project + "/sub"}) {
+  for (const std::string& dir : {project, project + "/sub", home}) {
     EXPECT_FALSE(std::filesystem::exists(dir + "/fifo")) << dir;
     EXPECT_FALSE(std::filesystem::exists(dir + "/sock")) << dir;
   }
 }
 
 // Rights add up along the path: a project below /tmp would get both from the /tmp rule, so
-// /tmp loses them for that session and only the home (and /dev/shm) keep them.
+// /tmp loses them for that session and only /dev/shm keeps them.
 TEST_F(LandlockTest, WorkspaceMakesNoFifoOrSocketInAProjectBelowTmp) {
   const std::string base = "/tmp/pandotest-landlock-" + std::to_string(getpid());
   const std::string project = base + "/project";
@@ -217,7 +218,7 @@ TEST_F(LandlockTest, WorkspaceMakesNoFifoOrSocketInAProjectBelowTmp) {
 
   const auto result = RunInChild([&](const Child& child) {
     if (int rc = restrict(child, workspace, abi_); rc != 0) return rc;
-    for (const std::string& dir : {project, base + "/other"}) {
+    for (const std::string& dir : {project, base + "/other", home}) {
       if (int e = mkfifo_errno(dir + "/fifo"); e != EACCES) {
         return child.Fail("mkfifo in " + dir + ": " + std::to_string(e));
       }
@@ -227,7 +228,7 @@ TEST_F(LandlockTest, WorkspaceMakesNoFifoOrSocketInAProjectBelowTmp) {
     }
     if (int e = write_errno(base + "/other/file"))
       return child.Fail("/tmp file: " + std::to_string(e));
-    std::vector<std::string> allowed = {home};
+    std::vector<std::string> allowed;
     if (has_shm) allowed.push_back(shm);
     for (const std::string& dir : allowed) {
       if (int e = mkfifo_errno(dir + "/fifo")) {
