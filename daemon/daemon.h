@@ -82,7 +82,7 @@ class Daemon {
   // The project indexes (step 10). Thread-safe.
   ProjectWatch& project_watch() { return *project_watch_; }
   // Asks the caller's own git what it reads and runs (git_query.h). Thread-safe.
-  const GitQueryProgram& git_query() const { return *git_query_; }
+  GitQueryProgram& git_query() { return *git_query_; }
   // The sessions' compiled seccomp program, which pando-helper-git-query installs too.
   int seccomp_program_fd() const { return launcher_template_->seccomp_program_fd(); }
   // nullptr when cgroups are unusable and the config allows running without limits.

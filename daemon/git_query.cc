@@ -35,6 +35,8 @@ constexpr int kMaxGroups = 64;
 constexpr int kProgramFd = 4;
 constexpr int kParkFloor = 64;
 constexpr int kMoves = 5;
+// Answers kept at most (one per project, caller and set of repositories).
+constexpr std::size_t kMaxKept = 256;
 
 [[noreturn]] void fail(const std::string& what) { throw_errno(what, ERROR_LAUNCH_FAILED); }
 
@@ -227,6 +229,12 @@ GitAnswer parse_answer(const std::string& answer) {
       parsed.links.emplace_back(std::move(link), field());
     } else if (kind == "E") {
       parsed.refusals.push_back(field());
+    } else if (kind == "S") {
+      std::string file = field();
+      if (file.empty() || file.front() != '/') {
+        throw Error(ERROR_LAUNCH_FAILED, "the git query named a file that is not absolute");
+      }
+      parsed.depends.push_back(std::move(file));
     } else {
       throw Error(ERROR_LAUNCH_FAILED, "the git query answered something unknown");
     }
@@ -312,15 +320,78 @@ std::string GitQueryProgram::status_detail() const {
   return "asks " + git_ + ", as the caller, what each repository reads and runs";
 }
 
+bool GitQueryProgram::Signature::operator==(const Signature& other) const {
+  return exists == other.exists && dev == other.dev && ino == other.ino && size == other.size &&
+         mtime.tv_sec == other.mtime.tv_sec && mtime.tv_nsec == other.mtime.tv_nsec &&
+         ctime.tv_sec == other.ctime.tv_sec && ctime.tv_nsec == other.ctime.tv_nsec;
+}
+
+// As git opens it: links followed. Called with the caller's filesystem identity.
+GitQueryProgram::Signature GitQueryProgram::signature_of(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return {};
+  return {true, st.st_dev, st.st_ino, st.st_size, st.st_mtim, st.st_ctim};
+}
+
+std::optional<GitAnswer> GitQueryProgram::kept(const std::string& key) {
+  std::vector<std::pair<std::string, Signature>> depends;
+  {
+    std::lock_guard lock(kept_mutex_);
+    const auto found = kept_.find(key);
+    if (found == kept_.end()) return std::nullopt;
+    depends = found->second.depends;
+  }
+  for (const auto& [path, before] : depends) {
+    if (!(signature_of(path) == before)) return std::nullopt;
+  }
+  std::lock_guard lock(kept_mutex_);
+  const auto found = kept_.find(key);
+  if (found == kept_.end()) return std::nullopt;
+  found->second.used = ++uses_;
+  return found->second.answer;
+}
+
+// An inode's times come from a clock that ticks every few milliseconds (and some filesystems
+// keep whole seconds): a file changed within that tick after git read it can keep its
+// timestamps. An answer with a dependency changed less than kRacySeconds before it was asked is
+// not kept; git is asked again next time.
+void GitQueryProgram::keep(const std::string& key, const GitAnswer& answer, const timespec& asked) {
+  constexpr time_t kRacySeconds = 2;
+  Kept entry{answer, {}, 0};
+  for (const std::string& path : answer.depends) {
+    const Signature signature = signature_of(path);
+    if (signature.exists && signature.ctime.tv_sec + kRacySeconds >= asked.tv_sec) return;
+    entry.depends.emplace_back(path, signature);
+  }
+  std::lock_guard lock(kept_mutex_);
+  entry.used = ++uses_;
+  kept_[key] = std::move(entry);
+  while (kept_.size() > kMaxKept) {
+    auto oldest = kept_.begin();
+    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+      if (it->second.used < oldest->second.used) oldest = it;
+    }
+    kept_.erase(oldest);
+  }
+}
+
 GitAnswer GitQueryProgram::ask(const PeerIdentity& peer, int seccomp_fd,
                                const std::string& project_root, const std::string& home,
-                               const std::vector<std::pair<char, std::string>>& units) const {
+                               const std::vector<std::pair<char, std::string>>& units) {
   if (!program_.valid()) {
     throw Error(ERROR_LAUNCH_FAILED, "cannot find what git runs in the project: " + missing_);
   }
   // No git here: none reads a config or runs a hook; the project's git metadata is pinned by
   // its shape alone.
   if (!git_present_) return {};
+  std::string key = std::to_string(peer.uid) + ":" + std::to_string(peer.gid) + ":";
+  for (const gid_t group : peer.groups) key += std::to_string(group) + ",";
+  key += '\0' + home + '\0' + project_root;
+  for (const auto& [kind, path] : units) key += std::string(1, '\0') + kind + path;
+  const CallerFsIdentity as_caller(peer);
+  if (std::optional<GitAnswer> answer = kept(key)) return std::move(*answer);
+  timespec asked{};
+  clock_gettime(CLOCK_REALTIME, &asked);
   GitQuery query;
   query.program_fd = program_.get();
   query.seccomp_fd = seccomp_fd;
@@ -331,7 +402,9 @@ GitAnswer GitQueryProgram::ask(const PeerIdentity& peer, int seccomp_fd,
   query.gid = peer.gid;
   query.groups = peer.groups;
   query.units = units;
-  return run_query(query);
+  GitAnswer answer = run_query(query);
+  if (answer.refusals.empty()) keep(key, answer, asked);
+  return answer;
 }
 
 }  // namespace pando::daemon

@@ -7,8 +7,13 @@
 // no_new_privs, the sessions' seccomp filter, read-only Landlock, rlimits, a fixed
 // environment, a time limit and a cap on what it may answer.
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +30,7 @@ struct GitAnswer {
   std::vector<std::string> passed_through;  // missing directories a named path runs through
   std::vector<std::pair<std::string, std::string>> links;  // (link in the project, what git reads)
   std::vector<std::string> refusals;                       // git's own messages
+  std::vector<std::string> depends;  // absolute: files whose change could change the answer
 };
 
 // pando-helper-git-query beside the launcher, in a directory root's alone all the way up
@@ -39,15 +45,37 @@ class GitQueryProgram {
   // What the caller's git reads and runs for `units` of the project: working trees ('W') and
   // git dirs ('G'), absolute. Thread-safe. Throws pando::Error (ERROR_LAUNCH_FAILED) when the
   // program is missing, cannot run, or answers out of bounds.
+  // An answer is kept while no file it depends on changed (compared by device, inode, size,
+  // mtime and ctime, stat as the caller): then no git runs at all.
   GitAnswer ask(const PeerIdentity& peer, int seccomp_fd, const std::string& project_root,
-                const std::string& home,
-                const std::vector<std::pair<char, std::string>>& units) const;
+                const std::string& home, const std::vector<std::pair<char, std::string>>& units);
 
  private:
+  struct Signature {
+    bool exists = false;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    off_t size = 0;
+    timespec mtime{};
+    timespec ctime{};
+    bool operator==(const Signature& other) const;
+  };
+  struct Kept {
+    GitAnswer answer;
+    std::vector<std::pair<std::string, Signature>> depends;
+    std::uint64_t used = 0;
+  };
+  static Signature signature_of(const std::string& path);
+  std::optional<GitAnswer> kept(const std::string& key);
+  void keep(const std::string& key, const GitAnswer& answer, const timespec& asked);
+
   UniqueFd program_;
   std::string missing_;  // why there is no program
   std::string git_;
   bool git_present_ = false;
+  std::mutex kept_mutex_;
+  std::map<std::string, Kept> kept_;  // by caller, home, project and units
+  std::uint64_t uses_ = 0;
 };
 
 // Whether `path` is relative, normalized and without "." or ".." ("" is the root itself).

@@ -1,5 +1,6 @@
 #include "daemon/project_exits.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <optional>
@@ -35,6 +37,7 @@ struct GitMetadata {
   const char* name;
   Create create;
   const char* content;
+  bool run = true;  // git reads or runs what is in it (not so the git dirs below modules/)
 };
 constexpr GitMetadata kGitMetadata[] = {
     {"config", sbv1::SandboxPlan::Pin::FILE, ""},
@@ -42,6 +45,11 @@ constexpr GitMetadata kGitMetadata[] = {
     {"hooks", sbv1::SandboxPlan::Pin::DIRECTORY, ""},
     {"info", sbv1::SandboxPlan::Pin::DIRECTORY, ""},
     {"commondir", sbv1::SandboxPlan::Pin::FILE, ".\n"},
+    // Where git keeps the git dirs of submodules and linked worktrees: a git dir the role made
+    // there before the caller's `git submodule update --init` would be taken as the
+    // submodule's, with its config and hooks. The ones there are pinned on their own.
+    {"modules", sbv1::SandboxPlan::Pin::DIRECTORY, "", false},
+    {"worktrees", sbv1::SandboxPlan::Pin::DIRECTORY, "", false},
 };
 
 std::string join(const std::string& dir, const std::string& name) {
@@ -82,10 +90,13 @@ class ExitsBuilder {
   void pin_git_answer(const GitAnswer& git);
   void pin_read_only_paths(const RoleConfig& role);
   void write(sbv1::SandboxPlan& plan) const;
+  void check_single_names(const sbv1::SandboxPlan& plan) const;
 
  private:
+  void check_single_name(const std::string& relative, const char* what) const;
   struct Wanted {
     bool read_only = false;
+    bool run = false;  // git reads or runs it: no file of it may have another name
     Create create = sbv1::SandboxPlan::Pin::NOTHING;
     std::string content;
   };
@@ -94,7 +105,7 @@ class ExitsBuilder {
     throw Error(ERROR_PROTECTED_PATH_UNSUPPORTED, message);
   }
   void pin(const std::string& relative, bool read_only, Create create = {},
-           const std::string& content = "");
+           const std::string& content = "", bool run = true);
   std::optional<std::string> link_target(const std::string& link) const;
 
   const std::string project_root_;
@@ -107,7 +118,7 @@ class ExitsBuilder {
 // is to be made is made. Every directory above it becomes a mount point too: one that only
 // contains mount points can still be renamed away.
 void ExitsBuilder::pin(const std::string& relative, bool read_only, Create create,
-                       const std::string& content) {
+                       const std::string& content, bool run) {
   if (relative.empty()) return;  // the project root is the session's mount itself
   for (std::size_t slash = relative.find('/'); slash != std::string::npos;
        slash = relative.find('/', slash + 1)) {
@@ -115,6 +126,7 @@ void ExitsBuilder::pin(const std::string& relative, bool read_only, Create creat
   }
   Wanted& wanted = pins_[relative];
   wanted.read_only = wanted.read_only || read_only;
+  wanted.run = wanted.run || (read_only && run);
   if (create != sbv1::SandboxPlan::Pin::NOTHING) {
     wanted.create = create;
     wanted.content = content;
@@ -142,7 +154,7 @@ void ExitsBuilder::pin_git(const ProjectFindings& findings) {
   for (const std::string& git_dir : git_dirs(findings)) {
     pin(git_dir, false);
     for (const GitMetadata& item : kGitMetadata) {
-      pin(join(git_dir, item.name), true, item.create, item.content);
+      pin(join(git_dir, item.name), true, item.create, item.content, item.run);
     }
   }
 }
@@ -176,8 +188,8 @@ void ExitsBuilder::pin_git_answer(const GitAnswer& git) {
 
 void ExitsBuilder::pin_read_only_paths(const RoleConfig& role) {
   // The other role's HOME and XDG dirs; the role's own is mounted over its directory already
-  // and stays writable.
-  pin(".pando-sandbox", true);
+  // and stays writable. That role's data, not run by the caller.
+  pin(".pando-sandbox", true, sbv1::SandboxPlan::Pin::NOTHING, "", false);
   for (const std::string& path : role.read_only_paths()) {
     const auto [parent, name] = open_parent(root_fd_, path);
     struct stat st {};
@@ -200,7 +212,7 @@ void ExitsBuilder::pin_read_only_paths(const RoleConfig& role) {
 // Where the symbolic link `link` leads in the project, as the kernel resolves it inside the
 // session's view: in the project, links are followed (read here); above it, the view has
 // nothing but the directories leading to the project, so names are taken as written.
-// Nothing when it leads outside the project or to no regular file.
+// Nothing when it leads outside the project or to neither a regular file nor a directory.
 std::optional<std::string> ExitsBuilder::link_target(const std::string& entry) const {
   const std::vector<std::string> root = split(project_root_);
   std::vector<std::string> at = root;  // where the resolution is, as components of the view
@@ -245,11 +257,11 @@ std::optional<std::string> ExitsBuilder::link_target(const std::string& entry) c
       return std::nullopt;
     }
   }
-  if (!inside() || !S_ISREG(st.st_mode)) return std::nullopt;
+  if (!inside() || (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))) return std::nullopt;
   return relative();
 }
 
-// A hidden regular file is covered; a hidden link is followed, and the file it leads to in the
+// A hidden file or directory is covered; a hidden link is followed, and what it leads to in the
 // project is covered (a link out of the project leads to nothing the view holds).
 void ExitsBuilder::mask_hidden(const std::vector<std::string>& hidden,
                                sbv1::SandboxPlan& plan) const {
@@ -258,6 +270,43 @@ void ExitsBuilder::mask_hidden(const std::vector<std::string>& hidden,
     if (const std::optional<std::string> file = link_target(path)) masks.insert(*file);
   }
   for (const std::string& mask : masks) plan.add_masks(mask);
+}
+
+// A file with more than one name: the role could change (or read) it through a name that is
+// not pinned (or masked). Refused, naming the file; every file below a read-only directory git
+// runs or reads from (hooks/, a read_only_paths entry) counts.
+void ExitsBuilder::check_single_names(const sbv1::SandboxPlan& plan) const {
+  for (const std::string& mask : plan.masks()) check_single_name(mask, "read");
+  for (const auto& [path, wanted] : pins_) {
+    if (wanted.run) check_single_name(path, "change");
+  }
+}
+
+void ExitsBuilder::check_single_name(const std::string& relative, const char* what) const {
+  const auto [parent, name] = open_parent(root_fd_, relative);
+  struct stat st {};
+  if (!parent.valid() || fstatat(parent.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return;
+  }
+  if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+    unsupported(shown(relative) + " has " + std::to_string(st.st_nlink) +
+                " hard links: the role could " + what +
+                " it through another name; remove the others (find " + project_root_ +
+                " -samefile '" + shown(relative) + "')");
+  }
+  if (!S_ISDIR(st.st_mode)) return;
+  UniqueFd dir(openat(parent.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  DIR* listing = dir.valid() ? fdopendir(dir.get()) : nullptr;
+  if (listing == nullptr) return;
+  dir.release();
+  std::vector<std::string> below;
+  while (const dirent* entry = readdir(listing)) {
+    if (std::strcmp(entry->d_name, ".") != 0 && std::strcmp(entry->d_name, "..") != 0) {
+      below.push_back(join(relative, entry->d_name));
+    }
+  }
+  closedir(listing);
+  for (const std::string& entry : below) check_single_name(entry, what);
 }
 
 void ExitsBuilder::write(sbv1::SandboxPlan& plan) const {
@@ -301,10 +350,11 @@ void add_project_exits(const RoleConfig& role, int root_fd, const ProjectFinding
                        const GitAnswer* git, sbv1::SandboxPlan& plan) {
   ExitsBuilder exits(plan.project_root(), root_fd);
   exits.mask_hidden(findings.hidden, plan);
-  if (!plan.project_writable()) return;
+  if (!plan.project_writable()) return exits.check_single_names(plan);
   exits.pin_read_only_paths(role);
   exits.pin_git(findings);
   if (git != nullptr) exits.pin_git_answer(*git);
+  exits.check_single_names(plan);
   exits.write(plan);
 }
 

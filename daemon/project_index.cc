@@ -232,7 +232,7 @@ void ProjectIndex::note_entry(const char* name, unsigned char type, Marks& marks
   git.objects = git.objects || (std::strcmp(name, "objects") == 0 && dir_or_link);
   git.refs = git.refs || (std::strcmp(name, "refs") == 0 && dir_or_link);
   git.commondir = git.commondir || (std::strcmp(name, "commondir") == 0 && file_or_link);
-  if (file_or_link && is_hidden_name(name)) marks.hidden.emplace_back(name);
+  if ((file_or_link || type == DT_DIR) && is_hidden_name(name)) marks.hidden.emplace_back(name);
 }
 
 // A subdirectory `name` of `dir` (open as `fd`): a child it had already is kept when it is

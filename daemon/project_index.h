@@ -27,7 +27,7 @@ namespace pando::daemon {
 
 // Paths are relative to the project root, "" being the root itself.
 struct ProjectFindings {
-  // Regular files and symbolic links whose names match a hidden_files pattern.
+  // Files, directories and symbolic links whose names match a hidden_files pattern.
   std::vector<std::string> hidden;
   // Directories git would take for a git dir: HEAD with objects/ and refs/, or HEAD and a
   // commondir file (a linked worktree's), whatever their names (bare repositories included).

@@ -86,6 +86,7 @@ GitRun run_git(const std::string& git, const std::string& directory,
     run.err = "cannot run " + git + ": " + std::string(std::strerror(spawned));
     return run;
   }
+  run.started = true;
   out_write.reset();
   err_write.reset();
   const bool complete =

@@ -9,6 +9,7 @@
 namespace pando::gitquery {
 
 struct GitRun {
+  bool started = false;  // the caller could start it there (search permission, the directory)
   bool ran = false;      // exited within the time and output limits
   int exit_status = -1;  // when it ran
   std::string out;

@@ -12,6 +12,7 @@
 //   P <path>          a missing directory a named path runs through (make and pin it)
 //   L <link> <path>   a symbolic link in the project on the way to <path> (refuse)
 //   E <message>       git refused a repository (refuse, with git's message)
+//   S <absolute path> a file whose change could change this answer (existing or not)
 //   Z                 the end: anything cut short has none
 // <path> and <link> are relative to the project.
 
@@ -145,6 +146,7 @@ int main(int argc, char** argv) {
   for (const std::string& error : query.findings().errors) out.record({"E", error});
   for (const std::string& file : query.findings().config_files) out.target(project, "F", file);
   for (const std::string& dir : query.findings().hooks_dirs) out.target(project, "D", dir);
+  for (const std::string& file : query.findings().depends) out.record({"S", file});
   out.flush();
   return 0;
 }

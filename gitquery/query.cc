@@ -43,7 +43,17 @@ bool git_declines_repository(const std::string& err) {
 }  // namespace
 
 Query::Query(std::string git, std::string home, std::vector<std::string> environment)
-    : git_(std::move(git)), home_(std::move(home)), environment_(std::move(environment)) {}
+    : git_(std::move(git)), home_(std::move(home)), environment_(std::move(environment)) {
+  // What every git run reads, whether the files exist now or not.
+  findings_.depends.insert(
+      {git_, "/etc/gitconfig", home_ + "/.gitconfig", home_ + "/.config/git/config"});
+}
+
+void Query::depend_on_git_dir(const std::string& git_dir) {
+  for (const char* name : {"HEAD", "commondir", "config", "config.worktree"}) {
+    findings_.depends.insert(join_path(git_dir, name));
+  }
+}
 
 GitRun Query::git(const std::string& directory, const std::vector<std::string>& args) const {
   return run_git(git_, directory, args, environment_, kGitTimeout);
@@ -69,16 +79,26 @@ void Query::run(const Unit& unit) {
 // Git finds the repository from `path` as it does for the caller there. Outside any
 // repository it still reads the system and global files, which may name files of the project.
 void Query::run_worktree(const std::string& path) {
+  // Discovery looks for .git here and in every directory above.
+  for (std::string at = path;; at = parent_directory(at)) {
+    findings_.depends.insert(join_path(at, ".git"));
+    if (at == "/") break;
+  }
   const GitRun where =
       git(path, {"rev-parse", "--is-bare-repository", "--absolute-git-dir", "--show-toplevel"});
+  // A directory the caller cannot enter: its git runs nothing there, and its name is not the
+  // caller's to learn.
+  if (!where.started) return;
   const std::vector<std::string> lines = lines_of(where.out);
   std::string hooks_base;
   if (where.ran && lines.size() >= 2 && lines[0] == "true") {
     // Bare (--show-toplevel refuses after the rest): hooks run in the git dir.
     covered_git_dirs_.insert(lines[1]);
+    depend_on_git_dir(lines[1]);
     hooks_base = lines[1];
   } else if (where.ran && where.exit_status == 0 && lines.size() == 3) {
     covered_git_dirs_.insert(lines[1]);
+    depend_on_git_dir(lines[1]);
     hooks_base = lines[2];  // a relative core.hooksPath is the working tree's
   } else if (!where.ran || !git_declines_repository(where.err)) {
     return refuse(path, where);
@@ -90,8 +110,12 @@ void Query::run_worktree(const std::string& path) {
 // bare repository, a submodule not checked out, or one git does not take for a repository
 // now (a broken HEAD), which the role could mend.
 void Query::run_git_dir(const std::string& path) {
+  // A working tree led to it already (the project's paths have no link, so git names it so).
+  if (covered_git_dirs_.count(path) != 0) return;
+  depend_on_git_dir(path);
   const GitRun where =
       git(path, {"--git-dir=.", "rev-parse", "--is-bare-repository", "--absolute-git-dir"});
+  if (!where.started) return;
   const std::vector<std::string> lines = lines_of(where.out);
   if (where.ran && where.exit_status == 0 && lines.size() == 2) {
     if (!covered_git_dirs_.insert(lines[1]).second) return;
@@ -129,6 +153,7 @@ void Query::take_entries(const std::vector<ConfigEntry>& entries, const std::str
     if (entry.origin.rfind("file:", 0) != 0) continue;
     const std::string file = join_path(directory, entry.origin.substr(5));
     findings_.config_files.insert(file);
+    findings_.depends.insert(file);
     listed_.insert(file);
     if (!entry.has_value || entry.value.empty()) continue;
     if (is_include_key(entry.key)) {
@@ -151,6 +176,7 @@ void Query::follow_includes(const std::string& hooks_base) {
     const std::string file = includes_.back();
     includes_.pop_back();
     findings_.config_files.insert(file);
+    findings_.depends.insert(file);
     if (!listed_.insert(file).second) continue;
     if (listed_.size() > kMaxListedFiles) {
       findings_.errors.push_back(file + ": more than " + std::to_string(kMaxListedFiles) +

@@ -27,6 +27,10 @@ struct QueryFindings {
   std::set<std::string> config_files;  // absolute, as git opens them
   std::set<std::string> hooks_dirs;    // absolute
   std::vector<std::string> errors;     // "<path>: <git's message>"
+  // Every file whose change could change the answer: what git read or would read (config
+  // files, includes, HEAD for an onbranch condition, the .git entries discovery looks at), and
+  // git itself. The daemon keeps the answer while none of them changes.
+  std::set<std::string> depends;
 };
 
 class Query {
@@ -47,6 +51,7 @@ class Query {
   void follow_includes(const std::string& hooks_base);
   std::string expand(const std::string& value, const std::string& base) const;
   void refuse(const std::string& path, const GitRun& run);
+  void depend_on_git_dir(const std::string& git_dir);
 
   const std::string git_;
   const std::string home_;

@@ -105,9 +105,11 @@ UniqueFd new_filesystem(const char* type, const std::vector<MountOption>& option
   return mount_fd;
 }
 
-void set_mount_attrs(int mount_fd, std::uint64_t attrs, bool recursive, const std::string& what) {
+void set_mount_attrs(int mount_fd, std::uint64_t attrs, bool recursive, const std::string& what,
+                     std::uint64_t clear) {
   mount_attr attr{};
   attr.attr_set = attrs;
+  attr.attr_clr = clear;
   const unsigned flags = AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0);
   if (mount_setattr(mount_fd, "", flags, &attr, sizeof(attr)) != 0) {
     throw_if_refused_by_environment(kMountSetattrCall, what);

@@ -53,7 +53,8 @@ struct MountOption {
 // A new detached filesystem of `type` (fsopen, fsconfig, fsmount).
 UniqueFd new_filesystem(const char* type, const std::vector<MountOption>& options, unsigned attrs);
 
-void set_mount_attrs(int mount_fd, std::uint64_t attrs, bool recursive, const std::string& what);
+void set_mount_attrs(int mount_fd, std::uint64_t attrs, bool recursive, const std::string& what,
+                     std::uint64_t clear = 0);
 // Checks the flags the kernel reports for the mount `fd` lives on.
 void verify_mount_flags(int fd, unsigned long want, const std::string& what);
 // Moves the detached mount `mount_fd` onto `target_fd` (an O_PATH fd).

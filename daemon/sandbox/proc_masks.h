@@ -15,10 +15,13 @@ inline constexpr const char* kProcReadOnly[] = {"sys", "sysrq-trigger", "irq", "
 // kernel's symbols, and what fingerprints the host or shows its activity: the
 // boot command line, the physical memory map, interrupt counts per device (an
 // interrupt timing side channel; newer runc masks it too) and the memory
-// zones' page counters. What ordinary programs read (cpuinfo, meminfo, stat,
-// uptime, loadavg, self/) stays.
+// zones' page counters, and what repeats them (softirqs, buddyinfo, pagetypeinfo,
+// vmstat). What ordinary programs read (cpuinfo, meminfo, stat, uptime, loadavg,
+// self/) stays: /proc/stat's intr and softirq lines still give the host's
+// interrupt totals per number.
 inline constexpr const char* kProcMasked[] = {
-    "kcore",         "keys", "key-users", "timer_list", "timer_stats", "sched_debug", "kallsyms",
-    "latency_stats", "acpi", "scsi",      "cmdline",    "iomem",       "interrupts",  "zoneinfo"};
+    "kcore",      "keys",          "key-users", "timer_list", "timer_stats",  "sched_debug",
+    "kallsyms",   "latency_stats", "acpi",      "scsi",       "cmdline",      "iomem",
+    "interrupts", "zoneinfo",      "softirqs",  "buddyinfo",  "pagetypeinfo", "vmstat"};
 
 }  // namespace pando::sandbox

@@ -123,6 +123,8 @@ void ProjectGuard::mask(const std::string& relative) const {
   struct stat st {};
   if (fstat(target.get(), &st) != 0) throw_errno("fstat " + shown(relative));
   if (S_ISREG(st.st_mode)) mask_with(root_fd_, kMaskFile, target.get(), "hidden file " + relative);
+  if (S_ISDIR(st.st_mode))
+    mask_with(root_fd_, kMaskDir, target.get(), "hidden directory " + relative);
 }
 
 // Binds the path onto itself (with what is mounted below it, the masks among them), read-only
@@ -144,7 +146,13 @@ void ProjectGuard::pin(const Pin& pin) const {
   }
   UniqueFd clone = clone_private(target.get(), "", AT_EMPTY_PATH | AT_RECURSIVE, shown(relative));
   if (!clone.valid()) throw_errno("open_tree " + shown(relative));
-  if (pin.read_only()) set_mount_attrs(clone.get(), MOUNT_ATTR_RDONLY, false, shown(relative));
+  // A writable pin below a read-only one (a submodule's git dir below .git/modules) is cloned
+  // from that read-only mount: it is made writable again, itself only.
+  if (pin.read_only()) {
+    set_mount_attrs(clone.get(), MOUNT_ATTR_RDONLY, false, shown(relative));
+  } else {
+    set_mount_attrs(clone.get(), 0, false, shown(relative), MOUNT_ATTR_RDONLY);
+  }
   attach(clone.get(), target.get(), shown(relative));
   verify_mount_flags(clone.get(), pin.read_only() ? kReadOnlyFlags : ST_NOSUID | ST_NODEV,
                      shown(relative));

@@ -505,9 +505,9 @@ TEST_F(DaemonCapacityTest, AHangingAccountLookupStallsNoOtherCallersLaunch) {
   start(options);
 
   // The caller's launch asks getent for the caller's account, and getent hangs.
-  RunningClient slow(caller(),
-                     {daemon_->client(), "security", "launch", "--role", "workspace",
-                      "--project-root", project_, "--stdio", "--socket", daemon_->socket_path()});
+  RunningClient slow(
+      caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
+                 project_, "--stdio", "--socket", daemon_->socket_path()});
   slow.close_stdin();
   pid_t getent = -1;
   ASSERT_TRUE(eventually(

@@ -359,5 +359,75 @@ TEST_F(GitExitsTest, TheCallersGitIsAskedAsTheCallerConfined) {
       << r.err;
 }
 
+// Found by the fresh review of this design: a git dir the role makes below .git/modules before
+// the caller's `git submodule update --init` is adopted by git as the submodule's, with its
+// core.fsmonitor and hooks. modules/ and worktrees/ of every git dir are read-only (the git
+// dirs already there stay writable for commits).
+TEST_F(GitExitsTest, ARoleMadeSubmoduleGitDirIsNotAdopted) {
+  const std::string source = daemon_->dir().make_dir("source", caller());
+  ASSERT_NO_FATAL_FAILURE(make_repository(source));
+  ASSERT_NO_FATAL_FAILURE(make_repository(project_));
+  ASSERT_NO_FATAL_FAILURE(ok(project_, {"submodule", "add", "-q", source, "lib"}));
+  ASSERT_NO_FATAL_FAILURE(ok(project_, {"commit", "-q", "-m", "lib"}));
+  ASSERT_NO_FATAL_FAILURE(ok(project_, {"submodule", "deinit", "-q", "-f", "lib"}));
+  fs::remove_all(project_ + "/.git/modules/lib");
+  const RunResult r = sh(std::string(kCheck) +
+                         "t premade git init -q --bare .git/modules/lib; "
+                         "t worktree-dir mkdir .git/worktrees/evil; "
+                         "t commit-in-existing sh -c 'cd sub-none 2>/dev/null; true'; echo done");
+  ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out, "premade no\nworktree-dir no\ncommit-in-existing yes\ndone\n");
+  EXPECT_FALSE(fs::exists(project_ + "/.git/modules/lib"));
+}
+
+// Found by the fresh review: a hook the role wrote and hard-linked under another name stayed
+// writable through that name once the caller pointed core.hooksPath at its directory. A file
+// git reads or runs, or a hidden one, with more than one name refuses the launch, naming it.
+TEST_F(GitExitsTest, AHardLinkToWhatGitRunsRefusesTheLaunch) {
+  ASSERT_NO_FATAL_FAILURE(make_repository(project_));
+  const RunResult plant =
+      sh("mkdir .githooks docs && printf '#!/bin/sh\\nexit 0\\n' > .githooks/pre-commit && "
+         "chmod +x .githooks/pre-commit && ln .githooks/pre-commit docs/lint-notes.txt && "
+         "echo planted");
+  ASSERT_EQ(plant.out, "planted\n") << plant.err;
+  ASSERT_NO_FATAL_FAILURE(ok(project_, {"config", "core.hooksPath", ".githooks"}));
+  const RunResult r = sh("printf 'touch $M/linked\\n' >> docs/lint-notes.txt; echo launched");
+  EXPECT_EQ(r.exit_code, 77) << r.out << r.err;
+  EXPECT_NE(r.err.find(project_ + "/.githooks/pre-commit has 2 hard links"), std::string::npos)
+      << r.err;
+  ASSERT_NO_FATAL_FAILURE(ok(project_, {"commit", "-q", "--allow-empty", "-m", "after"}));
+  EXPECT_TRUE(marks().empty());
+}
+
+// Found by the fresh review: a name that is not UTF-8 (made by either role, in its home) made
+// every later launch fail ("the daemon sent no valid plan"): names travel as bytes.
+TEST_F(GitExitsTest, ANameThatIsNotUtf8BlocksNoLaunch) {
+  const RunResult plant =
+      sh("mkdir \"$(printf 'z\\377')\" && echo S=1 > \"$(printf 'z\\377')/.env\" && echo made");
+  ASSERT_EQ(plant.out, "made\n") << plant.err;
+  const RunResult r = sh("cat \"$(printf 'z\\377')/.env\"; echo launched");
+  EXPECT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out, "launched\n");
+}
+
+// Found by the fresh review: the daemon reads the project as root, so a repository inside
+// another user's private directory (in a drop directory the caller shares) was asked of the
+// caller's git, and its name came back in the refusal. Git runs nothing where the caller cannot
+// go: such a place is passed over, unnamed, and blocks nothing.
+TEST_F(GitExitsTest, ARepositoryTheCallerCannotReachIsNeitherNamedNorABlock) {
+  daemon_->dir().make_dir("proj/drop", caller(), 01777);
+  daemon_->dir().make_dir("proj/drop/theirs", other_user(), 0700);
+  daemon_->dir().make_dir("proj/drop/theirs/acquisition", other_user());
+  daemon_->dir().make_dir("proj/drop/theirs/acquisition/.git", other_user());
+  daemon_->dir().make_dir("proj/drop/theirs/acquisition/.git/objects", other_user());
+  daemon_->dir().make_dir("proj/drop/theirs/acquisition/.git/refs", other_user());
+  daemon_->dir().write_file("proj/drop/theirs/acquisition/.git/HEAD", "ref: refs/heads/main\n",
+                            other_user());
+  const RunResult r = sh("echo launched");
+  EXPECT_EQ(r.exit_code, 0) << r.err << daemon_->log();
+  EXPECT_EQ(r.out, "launched\n");
+  EXPECT_EQ(r.err.find("acquisition"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace pando::itest

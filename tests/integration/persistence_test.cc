@@ -293,6 +293,9 @@ TEST_F(PersistenceTest, SecretsAreHiddenThroughSymlinksAndInEditorBackups) {
   const std::string outside = daemon_->dir().write_file("outside.env", "API_KEY=out", caller());
   daemon_->dir().make_dir("proj/out", caller());
   ASSERT_EQ(symlink(outside.c_str(), (project_ + "/out/.env").c_str()), 0);
+  // A directory of secrets named like one (found by the fresh review).
+  daemon_->dir().make_dir("proj/.env.d", caller());
+  daemon_->dir().write_file("proj/.env.d/prod", "API_KEY=directory", caller(), 0600);
   for (const char* backup : {".env~", ".env.swp", ".env.bak"}) {
     daemon_->dir().write_file(std::string("proj/") + backup, "API_KEY=backup", caller(), 0600);
   }
@@ -302,7 +305,7 @@ TEST_F(PersistenceTest, SecretsAreHiddenThroughSymlinksAndInEditorBackups) {
   for (const std::string role : {"workspace", "core"}) {
     const RunResult r =
         sh("cat .env config/local.env deep/er/.env config/prod.secret out/.env .env~ .env.swp "
-           ".env.bak 2>/dev/null; echo end",
+           ".env.bak .env.d/prod 2>/dev/null; echo end",
            role);
     ASSERT_EQ(r.exit_code, 0) << r.err << daemon_->log();
     EXPECT_EQ(r.out, "end\n") << role;

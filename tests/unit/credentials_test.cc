@@ -17,9 +17,9 @@
 
 namespace {
 
+using pando::Error;
 using pando::helper::sandbox::v1::IdMapping;
 using pando::sandbox::drop_to_role_user;
-using pando::Error;
 using pando::testing::Child;
 using pando::testing::RunInChild;
 

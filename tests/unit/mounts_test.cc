@@ -147,7 +147,7 @@ class TempProject {
     // What the daemon finds of the hidden_files patterns (daemon/project_exits.cc): the
     // launcher masks what the plan lists.
     for (const std::string& mask : {std::string(".env"), std::string("sub/.env.local"),
-                                   ".pando-sandbox/" + role_ + "/home/.env"}) {
+                                    ".pando-sandbox/" + role_ + "/home/.env"}) {
       plan.add_masks(mask);
     }
     return plan;
@@ -572,8 +572,9 @@ std::string first_byte(const std::string& path) {
 // memory, ps, top) still reads.
 TEST_F(MountsTest, ProcMasksWhatLeaksOrFingerprintsTheHostButNotWhatProgramsRead) {
   const std::vector<std::string> masked = {
-      "kcore",         "keys", "key-users", "timer_list", "timer_stats", "sched_debug", "kallsyms",
-      "latency_stats", "acpi", "scsi",      "cmdline",    "iomem",       "interrupts",  "zoneinfo"};
+      "kcore",      "keys",          "key-users", "timer_list", "timer_stats",  "sched_debug",
+      "kallsyms",   "latency_stats", "acpi",      "scsi",       "cmdline",      "iomem",
+      "interrupts", "zoneinfo",      "softirqs",  "buddyinfo",  "pagetypeinfo", "vmstat"};
   // The ones that show root something on this host: an empty read in the view proves a mask
   // only where there is something to hide.
   std::vector<std::string> shown;
@@ -581,7 +582,8 @@ TEST_F(MountsTest, ProcMasksWhatLeaksOrFingerprintsTheHostButNotWhatProgramsRead
     const std::string first = first_byte("/proc/" + name);
     if (!first.empty() && first != "<missing>") shown.push_back(name);
   }
-  for (const char* name : {"cmdline", "iomem", "interrupts", "zoneinfo", "timer_list"}) {
+  for (const char* name : {"cmdline", "iomem", "interrupts", "zoneinfo", "timer_list", "softirqs",
+                           "buddyinfo", "vmstat"}) {
     ASSERT_NE(std::find(shown.begin(), shown.end(), name), shown.end())
         << "/proc/" << name << " shows nothing on this host";
   }

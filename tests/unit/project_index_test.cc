@@ -76,7 +76,7 @@ TEST_F(ProjectIndexTest, FindsSecretsAndGitDirsWhateverTheirNames) {
   file("a/.env.local");
   file("a/b/.env~");
   file("a/notes.txt");
-  dir("a/.env");  // a directory is not a hidden file
+  dir("a/.env.d");  // a directory of secrets is hidden too
   dir("links");
   link("../a/.env.local", "links/.env");
   // A repository, a bare one under another name, a linked worktree's git dir (HEAD and
@@ -97,8 +97,8 @@ TEST_F(ProjectIndexTest, FindsSecretsAndGitDirsWhateverTheirNames) {
   file("half/HEAD");
 
   const ProjectFindings found = fresh();
-  EXPECT_EQ(found.hidden,
-            (std::vector<std::string>{".env", "a/.env.local", "a/b/.env~", "links/.env"}));
+  EXPECT_EQ(found.hidden, (std::vector<std::string>{".env", "a/.env.d", "a/.env.local", "a/b/.env~",
+                                                    "links/.env"}));
   EXPECT_EQ(found.git_dirs, (std::vector<std::string>{".git", ".git/worktrees/wt", "remote.git"}));
   EXPECT_EQ(found.dot_git_dirs, std::vector<std::string>{".git"});
   EXPECT_EQ(found.dot_git_files, std::vector<std::string>{"wt/.git"});
