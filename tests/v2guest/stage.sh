@@ -106,6 +106,7 @@ image_dir() {
     # short, once a day old: another checkout on this host may still boot a recent one.
     find "$cache" -mindepth 1 -maxdepth 1 -type d ! -name "$key" -mtime +1 -exec rm -rf {} +
   fi
+  touch "$dir"  # in use: younger than a day
   echo "$dir"
 }
 
@@ -118,7 +119,8 @@ project_disk() {
   tar -C "$src" --exclude='*.o' --exclude='*.a' --exclude='packaging-out*' --exclude='Testing' \
     -cf - "${build#"$src"/}" | tar -C "$tree" -xf -
   size_mb=$(($(du -sm "$tree" | cut -f1) * 3 / 2 + 512))
-  mkfs.ext4 -q -F -L pando-project -E root_owner=0:0 -d "$tree" "$run/project.img" "${size_mb}M"
+  mkfs.ext4 -q -F -L pando-project -E root_owner=0:0 -d "$tree" "$run/project.img" "${size_mb}M" \
+    >/dev/null
   rm -rf "$tree"
 }
 
