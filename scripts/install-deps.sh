@@ -12,6 +12,7 @@ packages=(
   bubblewrap
   dpkg-dev debhelper fakeroot lintian rpm systemd libxml2-utils
   systemd-container debootstrap
+  qemu-system-x86 e2fsprogs
   gcovr
 )
 

@@ -2,15 +2,19 @@
 # The whole test suite, from a fresh clone, as root (tests create users,
 # namespaces and cgroups for real and remove them again):
 #   1. dependencies (Debian 12 packages)
-#   2. a RelWithDebInfo build and every test: unit, integration, packaging
+#   2. a RelWithDebInfo build and every test: unit, integration, packaging; then its unit and
+#      integration tests again in a pure cgroup v2 guest under QEMU (tests/v2guest/stage.sh:
+#      Debian 12, systemd, kernel 6.12), in a plain service, a delegated unit like the
+#      shipped one and a plain cgroup
 #   3. an ASan+UBSan build running the unit and integration tests
 #   4. a gcov build (PANDO_COVERAGE) running the unit and integration tests, and
 #      gcovr's line coverage of daemon/ (daemon and launcher)
 #   5. the libFuzzer target on the protocol core (both directions) and request validator (60 s)
 # Ends with the line "coverage: daemon/ P% of lines (N of M)" and the line
-# "tests: N passed, N failed, N skipped" (skipped: a kernel feature this host
-# lacks, or node 20+ or the npm registry for the MCP example when its install is
-# not cached; each prints its reason).
+# "tests: N passed, N failed, N skipped" (skipped: a kernel feature or cgroup
+# layout this host or the guest lacks, or node 20+ or the npm registry for the MCP
+# example when its install is not cached, as in the guest; each prints its reason,
+# the guest's in a list after each of its runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -27,19 +31,13 @@ failed=0
 skipped=0
 status=0
 
-run_ctest() {  # <build dir> <ctest args...>
-  local dir=$1
-  shift
-  local log
-  log=$(mktemp)
-  (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log"
-  local line
-  line=$(grep -E "tests passed, [0-9]+ tests? failed out of [0-9]+" "$log" | tail -n 1)
+count_ctest_log() {  # <log of one ctest run> <where it ran>
+  local log=$1 line
+  line=$(grep -E "tests passed, [0-9]+ tests? failed out of [0-9]+" "$log" 2>/dev/null | tail -n 1)
   if [ -z "$line" ]; then
-    rm -f "$log"
-    echo "scripts/test.sh: ctest in $dir reported no result" >&2
+    echo "scripts/test.sh: ctest in $2 reported no result" >&2
     status=1
-    return
+    return 1
   fi
   local failed_here total skipped_here
   failed_here=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
@@ -49,8 +47,49 @@ run_ctest() {  # <build dir> <ctest args...>
   passed=$((passed + total - failed_here - skipped_here))
   failed=$((failed + failed_here))
   skipped=$((skipped + skipped_here))
-  rm -f "$log"
   [ "$failed_here" -eq 0 ] || status=1
+}
+
+run_ctest() {  # <build dir> <ctest args...>
+  local dir=$1
+  shift
+  local log
+  log=$(mktemp)
+  (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log"
+  count_ctest_log "$log" "$dir"
+  rm -f "$log"
+}
+
+# The pure cgroup v2 guest (tests/v2guest/stage.sh): each placement's ctest run counts like the
+# others, and its leftovers check as one test. A placement the guest did not finish (it did not
+# boot, hung or crashed) counts as one failed test.
+v2_stage() {  # <build dir>
+  local out placement
+  out=$(mktemp -d)
+  tests/v2guest/stage.sh "$1" "$out"
+  if [ ! -s "$out/plan" ]; then
+    echo "scripts/test.sh: the v2 guest stage did not start" >&2
+    failed=$((failed + 1))
+    status=1
+    rm -rf "$out"
+    return
+  fi
+  while read -r placement; do
+    if ! count_ctest_log "$out/$placement.log" "the v2 guest ($placement)" ||
+      [ ! -f "$out/$placement.leftovers" ]; then
+      echo "scripts/test.sh: the v2 guest did not finish its $placement run" >&2
+      failed=$((failed + 1))
+      status=1
+    elif [ -s "$out/$placement.leftovers" ]; then
+      echo "scripts/test.sh: the tests left behind in the v2 guest ($placement):" >&2
+      cat "$out/$placement.leftovers" >&2
+      failed=$((failed + 1))
+      status=1
+    else
+      passed=$((passed + 1))
+    fi
+  done <"$out/plan"
+  rm -rf "$out"
 }
 
 build() {  # <dir> <cmake args...>
@@ -68,6 +107,8 @@ build() {  # <dir> <cmake args...>
 echo "== build and test (RelWithDebInfo): unit, integration, packaging"
 if build build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
   run_ctest build/test
+  echo "== pure cgroup v2 guest (QEMU): unit and integration tests in three placements"
+  v2_stage build/test
 fi
 
 echo "== ASan+UBSan: unit and integration tests"

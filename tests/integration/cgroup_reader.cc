@@ -81,6 +81,12 @@ std::string CgroupReader::dir_of(CgroupController controller) const {
 }
 
 std::string CgroupReader::missing(std::initializer_list<CgroupController> wanted) const {
+  // Every session and caller has a cgroup: none found is the harness's or the daemon's fault,
+  // not something this host lacks.
+  if (dirs_.empty()) {
+    ADD_FAILURE() << "no cgroup directories to look in: the harness found none";
+    return "no cgroup directories to look in";
+  }
   for (CgroupController c : wanted) {
     if (dir_of(c).empty()) {
       return std::string("no ") + name_of(c) + " controller (cgroup " + (unified_ ? "v2" : "v1") +

@@ -40,7 +40,7 @@ class CgroupReader {
   bool unified() const { return unified_; }
 
   // Empty when every controller of `wanted` is there; else a line naming the first missing
-  // one and the directories looked in, for GTEST_SKIP.
+  // one and the directories looked in, for GTEST_SKIP. Without directories, a test failure.
   std::string missing(std::initializer_list<CgroupController> wanted) const;
 
   // The directory holding the controller's files; "" when none does.

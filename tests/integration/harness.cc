@@ -110,6 +110,41 @@ void remove_stale_users() {
   }
 }
 
+// <cgroup_parent_name()> below the root of every mounted hierarchy: on cgroup v2 the unified
+// one at /sys/fs/cgroup, on v1 each controller's at /sys/fs/cgroup/<name> (and the unified one
+// beside them on a hybrid host).
+std::vector<std::string> hierarchy_parents() {
+  std::vector<std::string> parents = {"/sys/fs/cgroup/" + cgroup_parent_name()};
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/sys/fs/cgroup", ec)) {
+    parents.push_back(entry.path().string() + "/" + cgroup_parent_name());
+  }
+  return parents;
+}
+
+// This process's cgroup v2 directory, from /proc/self/cgroup and the cgroup2 mount; nullopt
+// without a cgroup2 mount.
+std::optional<std::string> own_unified_cgroup() {
+  std::string own;
+  std::ifstream cgroup("/proc/self/cgroup");
+  for (std::string line; std::getline(cgroup, line);) {
+    if (line.starts_with("0::")) own = line.substr(3);
+  }
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  for (std::string line; std::getline(mountinfo, line);) {
+    if (line.find(" - cgroup2 ") == std::string::npos) continue;
+    // "<id> <parent> <major:minor> <root> <mount point> ...": the mount shows <root> of the
+    // hierarchy, and /proc/self/cgroup paths start at the hierarchy's root.
+    std::istringstream fields(line);
+    std::string id, parent, device, root, mount_point;
+    fields >> id >> parent >> device >> root >> mount_point;
+    if (root != "/" && !own.starts_with(root + "/") && own != root) continue;
+    const std::string below = root == "/" ? own : own.substr(root.size());
+    return below == "/" ? mount_point : mount_point + below;
+  }
+  return std::nullopt;
+}
+
 class UsersEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
@@ -122,10 +157,7 @@ class UsersEnvironment : public ::testing::Environment {
   }
   void TearDown() override {
     // Daemons of this process share one cgroup parent; it goes once they all have.
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator("/sys/fs/cgroup", ec)) {
-      rmdir((entry.path().string() + "/" + cgroup_parent_name()).c_str());
-    }
+    for (const auto& parent : hierarchy_parents()) rmdir(parent.c_str());
     for (const char* role : kRoles) delete_user(user_name(role, getpid()));
     delete g_users;
     g_users = nullptr;
@@ -741,11 +773,15 @@ void add_dirs_named(const fs::path& dir, const std::string& prefix, std::set<std
   }
 }
 
+// Where the daemons of this process put sessions: the parent of their config in every
+// hierarchy, and on cgroup v2 in a unit with Delegate=yes, <unit>/sessions (the daemon, a child
+// of this process, starts in this process's cgroup and moves the unit's processes into
+// <unit>/daemon).
 std::vector<std::string> cgroup_parents() {
-  std::vector<std::string> parents = {"/sys/fs/cgroup/" + cgroup_parent_name()};
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/sys/fs/cgroup", ec)) {
-    parents.push_back(entry.path().string() + "/" + cgroup_parent_name());
+  std::vector<std::string> parents = hierarchy_parents();
+  if (auto unit = own_unified_cgroup()) {
+    if (unit->ends_with("/daemon")) unit->resize(unit->size() - std::string("/daemon").size());
+    parents.push_back(*unit + "/sessions");
   }
   return parents;
 }

@@ -250,12 +250,13 @@ std::map<std::string, std::string> parse_probe_lines(const std::string& text);
 // second Daemon in the same test finds the first one's sessions.
 std::string cgroup_parent_name();
 
-// Session cgroup directories (<hierarchy>/<cgroup_parent_name()>/caller-*/session-*, and the
-// older layout's <hierarchy>/<cgroup_parent_name()>/session-*) in every mounted hierarchy (v1:
-// memory, pids, cpu, ...; v2: the unified one), each listed once.
+// Session cgroup directories (<parent>/caller-*/session-*, and the older layout's
+// <parent>/session-*), each listed once, wherever this process's daemons put them: <parent> is
+// <hierarchy>/<cgroup_parent_name()> in every mounted hierarchy (v1: memory, pids, cpu, ...; v2:
+// the unified one), and on cgroup v2 in a unit with Delegate=yes also <unit>/sessions.
 std::vector<std::string> session_cgroup_dirs();
 
-// Caller cgroup directories (<hierarchy>/<cgroup_parent_name()>/caller-*), likewise.
+// Caller cgroup directories (<parent>/caller-*), likewise.
 std::vector<std::string> caller_cgroup_dirs();
 
 // VmRSS of a process in KiB, from /proc/<pid>/status; 0 when unreadable.

@@ -185,6 +185,44 @@ class LifecycleTest : public ::testing::Test {
   std::string skip_;  // why start_fork_bomb() could not run the bomb here
 };
 
+// The kernel's word against the harness's: the cgroups a role process is in (the lines of its
+// /proc/<pid>/cgroup whose path holds a session-<id>) are exactly the directories
+// session_cgroup_dirs() finds, wherever the daemon put them (a delegated unit, a parent below
+// the root, v1 hierarchies). A harness looking in the wrong place fails here, instead of
+// passing every check that no session cgroup is left.
+TEST_F(LifecycleTest, HarnessFindsTheCgroupsTheRoleRunsIn) {
+  start_daemon();
+  auto session = open_session();
+  ASSERT_TRUE(session->write_all("echo ready; exec cat\n"));
+  ASSERT_TRUE(session->read_until("ready\n", 20s)) << daemon_->log();
+  const auto roles = processes_of(workspace_user().uid);
+  ASSERT_FALSE(roles.empty());
+  const std::string lines =
+      read_text("/proc/" + std::to_string(roles.front()) + "/cgroup").value_or("");
+  std::set<std::string> in_kernel;  // "<id>:<controllers>:<path below the hierarchy's root>"
+  std::istringstream in(lines);
+  for (std::string line; std::getline(in, line);) {
+    const std::string path = line.substr(line.find(':', line.find(':') + 1) + 1);
+    if (path.find("/session-") != std::string::npos) in_kernel.insert(path);
+  }
+  ASSERT_FALSE(in_kernel.empty()) << "the role is in no session cgroup:\n" << lines;
+
+  std::set<std::string> found_in_kernel;
+  for (const auto& dir : session_cgroup_dirs()) {
+    bool matches = false;
+    for (const auto& path : in_kernel) {
+      if (!dir.ends_with(path)) continue;
+      matches = true;
+      found_in_kernel.insert(path);
+    }
+    EXPECT_TRUE(matches) << dir << " holds no role process; the role's cgroups:\n" << lines;
+  }
+  EXPECT_EQ(found_in_kernel, in_kernel) << "the harness missed some of the role's cgroups";
+  session->close_stdin();
+  EXPECT_EQ(session->wait(20s), 0) << session->err();
+  EXPECT_TRUE(eventually([] { return session_cgroup_dirs().empty(); }, 5s));
+}
+
 TEST_F(LifecycleTest, ForkBombStopsAtPidsMaxWhileOthersKeepWorking) {
   DaemonOptions options;
   // CPU capped too: the bomb churns until it is ended, and the host is shared.

@@ -412,10 +412,20 @@ TEST_F(CgroupsTest, DetectsLayoutOfThisHost) {
     }
   }
   if (v2_memory) {
+    // As detect() decides it: a unit's cgroup marked delegated by systemd, or the environment
+    // saying so. In a unit without delegation detect() moves nothing.
+    const char* env = std::getenv("PANDO_CGROUP_DELEGATED");
     for (const auto& own : text::parse_proc_cgroup(slurp("/proc/self/cgroup"))) {
-      if (own.hierarchy_id == "0" && text::delegated_unit(own.path, true)) {
-        GTEST_SKIP() << "running in unit " << own.path
-                     << ": detect() could move this process into the unit's leaf";
+      const auto unit =
+          own.hierarchy_id == "0" ? text::delegated_unit(own.path, true) : std::nullopt;
+      if (!unit) continue;
+      const std::string dir = v2_memory->mount_point + *unit;
+      char value[2] = {};
+      const bool marked = getxattr(dir.c_str(), "trusted.delegate", value, 1) == 1 ||
+                          getxattr(dir.c_str(), "user.delegate", value, 1) == 1;
+      if ((marked && value[0] == '1') || (env != nullptr && std::string(env) == "1")) {
+        GTEST_SKIP() << "running in unit " << *unit << ", delegated: detect() would move every"
+                     << " process of the unit into its leaf";
       }
     }
   }
@@ -508,9 +518,15 @@ TEST_F(CgroupsTest, SessionLimitsProcessesAndTeardown) {
   EXPECT_EQ(u.pids_peak, 2u);
   EXPECT_FALSE(u.oom_killed);
   EXPECT_FALSE(u.pids_limit_hit);
-  // The session is empty, so its cpu time stays put: the daemon and the reader agree on it.
+  // The daemon and the reader read the same counter. It can still grow a little once the
+  // session is empty (a killed task's last time slice is charged after it left the cgroup's
+  // count; milliseconds in an emulated guest), so the reader's value lies between two of the
+  // daemon's.
   if (reader.missing({CgroupController::kCpuAccounting}).empty()) {
-    EXPECT_EQ(reader.cpu_usage_usec(), u.cpu_usage_usec);
+    const auto read = reader.cpu_usage_usec();
+    ASSERT_TRUE(read.has_value());
+    EXPECT_GE(*read, u.cpu_usage_usec);
+    EXPECT_LE(*read, s->usage().cpu_usage_usec);
   }
   EXPECT_TRUE(s->remove());
   for (const auto& d : dirs) EXPECT_FALSE(is_dir(d)) << d;
@@ -977,7 +993,11 @@ TEST_F(CgroupsTest, UnifiedWithoutControllers) {
   const CgroupReader reader(s->dirs());
   EXPECT_TRUE(reader.unified());
   EXPECT_EQ(reader.missing({CgroupController::kPids}).empty(), mgr.limits_pids()) << mgr.detail();
-  EXPECT_EQ(reader.cpu_usage_usec(), usage.cpu_usage_usec);
+  // Between two of the daemon's reads: see SessionLimitsProcessesAndTeardown.
+  const auto read = reader.cpu_usage_usec();
+  ASSERT_TRUE(read.has_value());
+  EXPECT_GE(*read, usage.cpu_usage_usec);
+  EXPECT_LE(*read, s->usage().cpu_usage_usec);
   EXPECT_TRUE(s->remove());
   EXPECT_FALSE(is_dir(dir));
   int status = child.wait();
