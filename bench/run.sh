@@ -93,7 +93,7 @@ echo "== build ($build_dir)"
 if [[ ! -f "$build_dir/build.ninja" ]]; then
   cmake -S "$src_dir" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPANDO_TESTS=OFF >/dev/null
 fi
-ninja -C "$build_dir" -j2 pando-helperd pando-helper pando-helper-sandbox >/dev/null
+ninja -C "$build_dir" -j2 pando-helperd pando-helper pando-helper-sandbox pando-helper-git-query >/dev/null
 grep -q 'CMAKE_BUILD_TYPE:STRING=Release' "$build_dir/CMakeCache.txt" ||
   echo "bench: warning: $build_dir is not a Release build" >&2
 

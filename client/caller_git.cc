@@ -74,7 +74,9 @@ CallerGitCheck submodule_check() {
   const std::string value = run_git({"config", "--get", "diff.ignoreSubmodules"}).value_or("");
   if (value == "dirty" || value == "all") {
     return {kSubmoduleCheck, "PASS",
-            "diff.ignoreSubmodules is " + value + ": git status runs nothing in a submodule"};
+            "diff.ignoreSubmodules is " + value +
+                ": git status runs nothing in a submodule that the project's .gitmodules gives "
+                "no ignore= of its own (that one still wins)"};
   }
   return {kSubmoduleCheck, "WARN",
           "diff.ignoreSubmodules is " + (value.empty() ? std::string("not set") : value) +

@@ -25,6 +25,10 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 ./scripts/install-deps.sh || exit 1
 
+# What a failure on another machine needs to be read: where the tests ran.
+echo "== host: kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { print int($2 / 1048576) }' /proc/meminfo) GiB," \
+  "/sys/fs/cgroup $(stat -fc %T /sys/fs/cgroup), /tmp $(stat -fc %T /tmp), own cgroup $(tr '\n' ' ' </proc/self/cgroup | cut -c1-200)"
+
 fuzz_seconds=${PANDO_FUZZ_SECONDS:-60}
 passed=0
 failed=0
@@ -175,6 +179,12 @@ if build build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   [ "$status" -ne 0 ] || rm -rf "$corpus"
 fi
 
+if [ "$status" -ne 0 ]; then
+  # A daemon or launcher that crashed or was OOM-killed says so only here.
+  echo "== the kernel's last words on crashes and OOM kills (dmesg):"
+  dmesg 2>/dev/null | grep -E 'segfault|traps:|general protection|Out of memory|Killed process|invoked oom-killer' |
+    tail -n 20
+fi
 echo "$coverage"
 echo "tests: ${passed} passed, ${failed} failed, ${skipped} skipped"
 exit "$status"

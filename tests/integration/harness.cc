@@ -336,7 +336,29 @@ Daemon::Daemon(DaemonOptions options) {
 }
 
 Daemon::~Daemon() {
+  int status = 0;
+  const bool had_exited = running() && waitpid(pid_, &status, WNOHANG) == pid_;
+  if (had_exited) pid_ = -1;
   if (running()) stop();
+  // CI shows a failed test's output only: the daemon's side of the failure goes with it.
+  if (!::testing::Test::HasFailure()) return;
+  std::string text = log();
+  std::size_t start = text.size();
+  for (int lines = 0; lines < 30 && start > 0; ++lines) {
+    start = text.rfind('\n', start - 1);
+    if (start == std::string::npos) {
+      start = 0;
+      break;
+    }
+  }
+  std::string how;
+  if (had_exited) {
+    how = WIFSIGNALED(status) ? " (it had died of signal " + std::to_string(WTERMSIG(status)) + ")"
+                              : " (it had exited with status " +
+                                    std::to_string(WEXITSTATUS(status)) + ")";
+  }
+  std::fprintf(stderr, "--- the daemon's log, last lines%s:\n%s\n", how.c_str(),
+               text.substr(start).c_str());
 }
 
 bool Daemon::running() const { return pid_ > 0; }
