@@ -13,7 +13,9 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
 
+#include "common/path_components.h"
 #include "common/unique_fd.h"
 #include "proto/error.h"
 
@@ -54,18 +56,6 @@ constexpr GitMetadata kGitMetadata[] = {
 
 std::string join(const std::string& dir, const std::string& name) {
   return dir.empty() ? name : dir + "/" + name;
-}
-
-std::vector<std::string> split(const std::string& path) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    std::size_t end = path.find('/', start);
-    if (end == std::string::npos) end = path.size();
-    if (end > start) parts.push_back(path.substr(start, end - start));
-    start = end + 1;
-  }
-  return parts;
 }
 
 // The parent of `relative` opened beneath the project without following a symbolic link, and
@@ -214,9 +204,9 @@ void ExitsBuilder::pin_read_only_paths(const RoleConfig& role) {
 // nothing but the directories leading to the project, so names are taken as written.
 // Nothing when it leads outside the project or to neither a regular file nor a directory.
 std::optional<std::string> ExitsBuilder::link_target(const std::string& entry) const {
-  const std::vector<std::string> root = split(project_root_);
+  const std::vector<std::string> root = path_components(project_root_);
   std::vector<std::string> at = root;  // where the resolution is, as components of the view
-  const std::vector<std::string> start = split(entry);
+  const std::vector<std::string> start = path_components(entry);
   std::deque<std::string> todo(start.begin(), start.end());
   const auto inside = [&] {
     return at.size() > root.size() && std::equal(root.begin(), root.end(), at.begin());
@@ -251,7 +241,7 @@ std::optional<std::string> ExitsBuilder::link_target(const std::string& entry) c
       }
       at.pop_back();
       if (target[0] == '/') at.clear();
-      const std::vector<std::string> more = split(std::string(target, length));
+      const std::vector<std::string> more = path_components(std::string_view(target, length));
       todo.insert(todo.begin(), more.begin(), more.end());
     } else if (!S_ISDIR(st.st_mode) && !todo.empty()) {
       return std::nullopt;

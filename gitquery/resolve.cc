@@ -6,7 +6,10 @@
 
 #include <cerrno>
 #include <deque>
+#include <string>
+#include <vector>
 
+#include "common/path_components.h"
 #include "common/unique_fd.h"
 
 namespace pando::gitquery {
@@ -20,18 +23,6 @@ std::uint64_t mount_of(int fd) {
   struct statx stx {};
   if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) != 0) return 0;
   return stx.stx_mnt_id;
-}
-
-std::deque<std::string> components(const std::string& path) {
-  std::deque<std::string> parts;
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    std::size_t end = path.find('/', start);
-    if (end == std::string::npos) end = path.size();
-    if (end > start) parts.emplace_back(path.substr(start, end - start));
-    start = end + 1;
-  }
-  return parts;
 }
 
 // One resolved component; `fd` is invalid for one that does not exist.
@@ -93,7 +84,8 @@ std::string join_path(const std::string& base, const std::string& relative) {
 }
 
 Target resolve(const Project& project, const std::string& path) {
-  std::deque<std::string> todo = components(path);
+  const std::vector<std::string> names = path_components(path);
+  std::deque<std::string> todo(names.begin(), names.end());
   std::vector<Step> stack;
   const auto start_at_root = [&] {
     stack.clear();
@@ -130,7 +122,7 @@ Target resolve(const Project& project, const std::string& path) {
       if (at.inside) return {Target::Kind::kThroughLink, child_of(stack, name), {}};
       std::string destination;
       if (++links > kMaxLinks || !read_link(at.fd.get(), name, destination)) return {};
-      std::deque<std::string> more = components(destination);
+      const std::vector<std::string> more = path_components(destination);
       todo.insert(todo.begin(), more.begin(), more.end());
       if (destination.front() == '/') start_at_root();
       continue;

@@ -163,6 +163,28 @@ class DaemonCapacityTest : public ::testing::Test {
     return pando::itest::expect_rejected(client, *daemon_);
   }
 
+  // Starts the daemon with an /etc/passwd that lacks `user` and a getent that hangs, as a
+  // directory server that does not answer: every lookup of that account waits on it. Returns
+  // the file in `files` where the hanging getent writes its pid.
+  std::string hang_lookups_of(const std::string& user, const TempDir& files) {
+    std::ifstream passwd_in("/etc/passwd");
+    std::ostringstream passwd;
+    for (std::string line; std::getline(passwd_in, line);) {
+      if (line.rfind(user + ":", 0) != 0) passwd << line << "\n";
+    }
+    std::ofstream(files.path() + "/passwd") << passwd.str();
+    const std::string pid_file = files.path() + "/getent.pid";
+    std::ofstream(files.path() + "/getent") << "#!/bin/sh\necho $$ > " << pid_file
+                                            << ".new && mv " << pid_file << ".new " << pid_file
+                                            << "\nexec sleep 60\n";
+    EXPECT_EQ(chmod((files.path() + "/getent").c_str(), 0755), 0);
+    DaemonOptions options;
+    options.files_over = {{files.path() + "/passwd", "/etc/passwd"},
+                          {files.path() + "/getent", "/usr/bin/getent"}};
+    start(options);
+    return pid_file;
+  }
+
   RunResult status_as(const TestUser& user, const std::string& project = "") {
     std::vector<std::string> argv = {daemon_->client(), "security", "status", "--socket",
                                      daemon_->socket_path()};
@@ -446,20 +468,7 @@ TEST_F(DaemonCapacityTest, HungProjectFilesystemStallsOnlyItsCaller) {
 // the workspace role up on the event loop, and everybody waited for getent.)
 TEST_F(DaemonCapacityTest, ASlowAccountLookupHoldsUpNoOtherRequest) {
   TempDir files;
-  std::ifstream passwd_in("/etc/passwd");
-  std::ostringstream passwd;
-  for (std::string line; std::getline(passwd_in, line);) {
-    if (line.rfind(workspace_user().name + ":", 0) != 0) passwd << line << "\n";
-  }
-  std::ofstream(files.path() + "/passwd") << passwd.str();
-  const std::string pid_file = files.path() + "/getent.pid";
-  std::ofstream(files.path() + "/getent") << "#!/bin/sh\necho $$ > " << pid_file << ".new && mv "
-                                          << pid_file << ".new " << pid_file << "\nexec sleep 60\n";
-  ASSERT_EQ(chmod((files.path() + "/getent").c_str(), 0755), 0);
-  DaemonOptions options;
-  options.files_over = {{files.path() + "/passwd", "/etc/passwd"},
-                        {files.path() + "/getent", "/usr/bin/getent"}};
-  start(options);
+  const std::string pid_file = hang_lookups_of(workspace_user().name, files);
 
   // The status of a project asks for the workspace role's account: getent now hangs (the
   // daemon kills it after its timeout).
@@ -489,20 +498,7 @@ TEST_F(DaemonCapacityTest, ASlowAccountLookupHoldsUpNoOtherRequest) {
 // every other request until getent's timeout.)
 TEST_F(DaemonCapacityTest, AHangingAccountLookupStallsNoOtherCallersLaunch) {
   TempDir files;
-  std::ifstream passwd_in("/etc/passwd");
-  std::ostringstream passwd;
-  for (std::string line; std::getline(passwd_in, line);) {
-    if (line.rfind(caller().name + ":", 0) != 0) passwd << line << "\n";
-  }
-  std::ofstream(files.path() + "/passwd") << passwd.str();
-  const std::string pid_file = files.path() + "/getent.pid";
-  std::ofstream(files.path() + "/getent") << "#!/bin/sh\necho $$ > " << pid_file << ".new && mv "
-                                          << pid_file << ".new " << pid_file << "\nexec sleep 60\n";
-  ASSERT_EQ(chmod((files.path() + "/getent").c_str(), 0755), 0);
-  DaemonOptions options;
-  options.files_over = {{files.path() + "/passwd", "/etc/passwd"},
-                        {files.path() + "/getent", "/usr/bin/getent"}};
-  start(options);
+  const std::string pid_file = hang_lookups_of(caller().name, files);
 
   // The caller's launch asks getent for the caller's account, and getent hangs.
   RunningClient slow(
