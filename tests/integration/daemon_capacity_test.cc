@@ -174,9 +174,9 @@ class DaemonCapacityTest : public ::testing::Test {
     }
     std::ofstream(files.path() + "/passwd") << passwd.str();
     const std::string pid_file = files.path() + "/getent.pid";
-    std::ofstream(files.path() + "/getent") << "#!/bin/sh\necho $$ > " << pid_file
-                                            << ".new && mv " << pid_file << ".new " << pid_file
-                                            << "\nexec sleep 60\n";
+    std::ofstream(files.path() + "/getent")
+        << "#!/bin/sh\necho $$ > " << pid_file << ".new && mv " << pid_file << ".new " << pid_file
+        << "\nexec sleep 60\n";
     EXPECT_EQ(chmod((files.path() + "/getent").c_str(), 0755), 0);
     DaemonOptions options;
     options.files_over = {{files.path() + "/passwd", "/etc/passwd"},

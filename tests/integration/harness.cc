@@ -353,9 +353,9 @@ Daemon::~Daemon() {
   }
   std::string how;
   if (had_exited) {
-    how = WIFSIGNALED(status) ? " (it had died of signal " + std::to_string(WTERMSIG(status)) + ")"
-                              : " (it had exited with status " +
-                                    std::to_string(WEXITSTATUS(status)) + ")";
+    how = WIFSIGNALED(status)
+              ? " (it had died of signal " + std::to_string(WTERMSIG(status)) + ")"
+              : " (it had exited with status " + std::to_string(WEXITSTATUS(status)) + ")";
   }
   std::fprintf(stderr, "--- the daemon's log, last lines%s:\n%s\n", how.c_str(),
                text.substr(start).c_str());
