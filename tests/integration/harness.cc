@@ -145,11 +145,43 @@ std::optional<std::string> own_unified_cgroup() {
   return std::nullopt;
 }
 
+// Removes a cgroup tree that holds no process, deepest first (a cgroup directory goes with
+// rmdir, never with its files).
+void remove_cgroup_tree(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.is_directory(ec) && !entry.is_symlink(ec)) remove_cgroup_tree(entry.path());
+  }
+  rmdir(dir.c_str());
+}
+
+// The cgroup parents of test binaries that died before their teardown (a run killed by a
+// timeout): their daemons' session cgroups would stay on this host forever.
+void remove_stale_cgroups() {
+  std::vector<fs::path> hierarchies = {"/sys/fs/cgroup"};
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/sys/fs/cgroup", ec)) {
+    hierarchies.push_back(entry.path());
+  }
+  for (const fs::path& hierarchy : hierarchies) {
+    for (const auto& entry : fs::directory_iterator(hierarchy, ec)) {
+      const std::string name = entry.path().filename();
+      if (name.rfind("pandotest-i", 0) != 0 || name.size() == 11 ||
+          name.find_first_not_of("0123456789", 11) != std::string::npos) {
+        continue;
+      }
+      const pid_t pid = static_cast<pid_t>(std::stol(name.substr(11)));
+      if (pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) remove_cgroup_tree(entry.path());
+    }
+  }
+}
+
 class UsersEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     if (geteuid() != 0) return;
     remove_stale_users();
+    remove_stale_cgroups();
     const pid_t me = getpid();
     g_users = new Users{
         create_user(user_name("caller", me), false), create_user(user_name("other", me), false),
