@@ -11,9 +11,11 @@
 #              Delegate=, Environment=, OOMPolicy=, TasksMax= and LimitNOFILE= lines): the daemon
 #              moves into <unit>/daemon and puts sessions in <unit>/sessions
 #   plain      a cgroup below the root that is no unit (a container, a bare root shell)
-# Unit tests run in all three too: cgroups_test detects and sets up the real hierarchy, which
-# differs per placement, and the whole run costs about 3 x 6 minutes under emulation, well
-# inside CI's 90 minutes. Not the shipped unit's hardening (system call filter, capability
+# The whole suite (unit and integration) runs in the delegated placement, the shipped one; the
+# service and plain placements run the tests whose outcome depends on the placement (cgroup
+# detection and setup, limits, leftovers of killed daemons, the selftest's cgroup checks: see
+# placement_tests in in_guest.sh), which keeps the stage inside CI's 90 minutes (a whole run
+# takes 10 to 15 minutes under emulation on CI's 2-vCPU VM). Not the shipped unit's hardening (system call filter, capability
 # bounding set): the tests create users and FUSE mounts that it denies; the packaging tests
 # (tests/packaging/nspawn_test.sh) run the daemon under the whole unit.
 #
