@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 
@@ -42,11 +43,10 @@ std::uint64_t fnv1a(std::uint64_t hash, const unsigned char* bytes, std::size_t 
   return hash;
 }
 
-std::uint64_t hash_handle(const file_handle& handle) {
-  const int type = handle.handle_type;
-  std::uint64_t hash =
+std::uint64_t hash_handle(int type, const unsigned char* bytes, std::size_t length) {
+  const std::uint64_t hash =
       fnv1a(0xcbf29ce484222325ULL, reinterpret_cast<const unsigned char*>(&type), sizeof(type));
-  return fnv1a(hash, handle.f_handle, handle.handle_bytes);
+  return fnv1a(hash, bytes, length);
 }
 
 // What fanotify reports a directory by: its file handle, of which the index keeps a hash (a
@@ -59,7 +59,7 @@ std::uint64_t handle_identity(int fd) {
   if (name_to_handle_at(fd, "", handle, &mount_id, AT_EMPTY_PATH) != 0) {
     throw_errno("name_to_handle_at of a project directory", ERROR_PROJECT_SCAN_INCOMPLETE);
   }
-  return hash_handle(*handle);
+  return hash_handle(handle->handle_type, handle->f_handle, handle->handle_bytes);
 }
 
 // Without a watch the identity only tells whether a directory opened again is the same one.
@@ -162,24 +162,42 @@ void ProjectWatch::drain() {
   }
 }
 
+// An event is as long as the name it carries, so events and their records are only 4-byte
+// aligned in the buffer: each header is copied out before it is read.
 void ProjectWatch::dispatch(const char* buffer, std::size_t length) {
+  constexpr std::size_t kHandleAt = offsetof(fanotify_event_info_fid, handle);
   std::vector<std::uint64_t> changed;
   bool overflow = false;
-  auto remaining = static_cast<ssize_t>(length);
-  for (auto* event = reinterpret_cast<const fanotify_event_metadata*>(buffer);
-       FAN_EVENT_OK(event, remaining); event = FAN_EVENT_NEXT(event, remaining)) {
-    if (event->mask & FAN_Q_OVERFLOW) overflow = true;
-    const char* at = reinterpret_cast<const char*>(event) + event->metadata_len;
-    const char* end = reinterpret_cast<const char*>(event) + event->event_len;
-    while (at + sizeof(fanotify_event_info_header) <= end) {
-      const auto* info = reinterpret_cast<const fanotify_event_info_fid*>(at);
-      if (info->hdr.len == 0) break;
-      if (info->hdr.info_type == FAN_EVENT_INFO_TYPE_DFID_NAME ||
-          info->hdr.info_type == FAN_EVENT_INFO_TYPE_DFID) {
-        changed.push_back(hash_handle(*reinterpret_cast<const file_handle*>(info->handle)));
-      }
-      at += info->hdr.len;
+  for (std::size_t offset = 0; length - offset >= sizeof(fanotify_event_metadata);) {
+    fanotify_event_metadata event;
+    std::memcpy(&event, buffer + offset, sizeof(event));
+    if (event.event_len < sizeof(event) || event.event_len > length - offset ||
+        event.metadata_len < sizeof(event) || event.metadata_len > event.event_len) {
+      overflow = true;  // never from this kernel; nothing read from here on is trusted
+      break;
     }
+    if (event.mask & FAN_Q_OVERFLOW) overflow = true;
+    const std::size_t end = offset + event.event_len;
+    for (std::size_t at = offset + event.metadata_len;
+         end - at >= sizeof(fanotify_event_info_header);) {
+      fanotify_event_info_header info;
+      std::memcpy(&info, buffer + at, sizeof(info));
+      if (info.len == 0 || info.len > end - at) break;
+      if ((info.info_type == FAN_EVENT_INFO_TYPE_DFID_NAME ||
+           info.info_type == FAN_EVENT_INFO_TYPE_DFID) &&
+          info.len >= kHandleAt + sizeof(file_handle)) {
+        file_handle handle;
+        std::memcpy(&handle, buffer + at + kHandleAt, sizeof(handle));
+        const std::size_t bytes_at = at + kHandleAt + sizeof(handle);
+        if (handle.handle_bytes <= at + info.len - bytes_at) {
+          changed.push_back(hash_handle(handle.handle_type,
+                                        reinterpret_cast<const unsigned char*>(buffer + bytes_at),
+                                        handle.handle_bytes));
+        }
+      }
+      at += info.len;
+    }
+    offset = end;
   }
   std::lock_guard lock(entries_mutex_);
   for (auto& [key, entry] : entries_) {
