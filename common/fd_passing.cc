@@ -9,18 +9,21 @@
 namespace pando {
 
 ssize_t send_with_fds(int socket, const void* data, size_t size, std::span<const int> fds) {
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
   iovec iov{const_cast<void*>(data), size};
   msghdr message{};
   message.msg_iov = &iov;
   message.msg_iovlen = 1;
-  message.msg_control = control.data();
-  message.msg_controllen = control.size();
-  cmsghdr* c = CMSG_FIRSTHDR(&message);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  // Without fds, no control message: an empty SCM_RIGHTS would copy from a null span.
+  std::vector<char> control(fds.empty() ? 0 : CMSG_SPACE(sizeof(int) * fds.size()));
+  if (!fds.empty()) {
+    message.msg_control = control.data();
+    message.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&message);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
   ssize_t n;
   do {
     n = sendmsg(socket, &message, MSG_NOSIGNAL);
