@@ -182,18 +182,23 @@ void ProjectWatch::dispatch(const char* buffer, std::size_t length) {
          end - at >= sizeof(fanotify_event_info_header);) {
       fanotify_event_info_header info;
       std::memcpy(&info, buffer + at, sizeof(info));
-      if (info.len == 0 || info.len > end - at) break;
+      if (info.len == 0 || info.len > end - at) {
+        overflow = true;  // as above: a record that cannot be read may have named a change
+        break;
+      }
       if ((info.info_type == FAN_EVENT_INFO_TYPE_DFID_NAME ||
            info.info_type == FAN_EVENT_INFO_TYPE_DFID) &&
           info.len >= kHandleAt + sizeof(file_handle)) {
         file_handle handle;
         std::memcpy(&handle, buffer + at + kHandleAt, sizeof(handle));
         const std::size_t bytes_at = at + kHandleAt + sizeof(handle);
-        if (handle.handle_bytes <= at + info.len - bytes_at) {
-          changed.push_back(hash_handle(handle.handle_type,
-                                        reinterpret_cast<const unsigned char*>(buffer + bytes_at),
-                                        handle.handle_bytes));
+        if (handle.handle_bytes > at + info.len - bytes_at) {
+          overflow = true;
+          break;
         }
+        changed.push_back(hash_handle(handle.handle_type,
+                                      reinterpret_cast<const unsigned char*>(buffer + bytes_at),
+                                      handle.handle_bytes));
       }
       at += info.len;
     }

@@ -185,6 +185,19 @@ class DaemonCapacityTest : public ::testing::Test {
     return pid_file;
   }
 
+  // The pid of the getent that hang_lookups_of() planted, once the daemon runs it; -1 when it
+  // was not run within 20 s.
+  pid_t hanging_getent(const std::string& pid_file) {
+    pid_t getent = -1;
+    eventually(
+        [&] {
+          std::ifstream in(pid_file);
+          return static_cast<bool>(in >> getent);
+        },
+        20s);
+    return getent;
+  }
+
   RunResult status_as(const TestUser& user, const std::string& project = "") {
     std::vector<std::string> argv = {daemon_->client(), "security", "status", "--socket",
                                      daemon_->socket_path()};
@@ -474,14 +487,8 @@ TEST_F(DaemonCapacityTest, ASlowAccountLookupHoldsUpNoOtherRequest) {
   // daemon kills it after its timeout).
   RunningClient slow(caller(), {daemon_->client(), "security", "status", "--socket",
                                 daemon_->socket_path(), "--project-root", project_});
-  pid_t getent = -1;
-  ASSERT_TRUE(eventually(
-      [&] {
-        std::ifstream in(pid_file);
-        return static_cast<bool>(in >> getent);
-      },
-      20s))
-      << daemon_->log();
+  const pid_t getent = hanging_getent(pid_file);
+  ASSERT_GT(getent, 0) << "getent was never asked\n" << daemon_->log();
   const RunResult other = status_as(other_user());
   EXPECT_EQ(other.exit_code, 0) << other.err;
   EXPECT_EQ(kill(getent, 0), 0) << "the other request was answered only after getent ended";
@@ -505,14 +512,8 @@ TEST_F(DaemonCapacityTest, AHangingAccountLookupStallsNoOtherCallersLaunch) {
       caller(), {daemon_->client(), "security", "launch", "--role", "workspace", "--project-root",
                  project_, "--stdio", "--socket", daemon_->socket_path()});
   slow.close_stdin();
-  pid_t getent = -1;
-  ASSERT_TRUE(eventually(
-      [&] {
-        std::ifstream in(pid_file);
-        return static_cast<bool>(in >> getent);
-      },
-      20s))
-      << daemon_->log();
+  const pid_t getent = hanging_getent(pid_file);
+  ASSERT_GT(getent, 0) << "getent was never asked\n" << daemon_->log();
   RunOptions other;
   other.stdin_data = "echo served-$((6 * 7))\n";
   other.timeout = 30s;
