@@ -11,9 +11,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -447,17 +449,19 @@ std::vector<std::string> CgroupManager::session_parent_dirs() const {
   return out;
 }
 
-std::unique_ptr<SessionCgroup> CgroupManager::adopt(const std::string& name) const {
+std::unique_ptr<SessionCgroup> CgroupManager::adopt(const std::string& name,
+                                                    std::shared_ptr<CallerCgroup> caller) const {
   std::vector<SessionCgroup::Dir> dirs;
   for (const auto& p : parents_) {
     SessionCgroup::Dir d = p;
     d.path = p.path + "/" + name;
     if (exists(d.path)) dirs.push_back(d);
   }
-  return std::unique_ptr<SessionCgroup>(new SessionCgroup(name, std::move(dirs), nullptr));
+  return std::unique_ptr<SessionCgroup>(new SessionCgroup(name, std::move(dirs), std::move(caller)));
 }
 
-std::vector<std::string> CgroupManager::remove_stale_sessions() {
+CgroupManager::StaleSessions CgroupManager::remove_stale_sessions(
+    const CallerLimits& caller_limits) {
   std::set<std::string> names;  // below the parents: session-<id> or caller-<uid>/session-<id>
   std::set<std::string> callers;
   for (const auto& p : parents_) {
@@ -469,20 +473,57 @@ std::vector<std::string> CgroupManager::remove_stale_sessions() {
       }
     }
   }
-  std::vector<std::string> removed;
-  for (const auto& name : names) {
-    auto session = adopt(name);
-    session->kill_all();
-    session->wait_empty(std::chrono::milliseconds(500));
-    // A busy one is retried (and logged) by the destructor, then left for the next start.
-    if (session->remove()) removed.push_back(name);
-  }
+  std::map<std::string, std::shared_ptr<CallerCgroup>> taken_over;
+  std::vector<std::string> not_taken_over;
   for (const auto& caller : callers) {
+    const std::string_view digits = std::string_view(caller).substr(kCallerPrefix.size());
+    uid_t uid = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), uid);
+    try {
+      if (ec != std::errc() || end != digits.data() + digits.size()) {
+        throw pando::Error(ERROR_INTERNAL, "not a uid");
+      }
+      taken_over[caller] = caller_cgroup(uid, caller_limits);
+    } catch (const std::exception& e) {
+      log::error("stale_caller_not_taken_over",
+                 {{"cgroup", caller}, {"error", std::string(e.what())}});
+      not_taken_over.push_back(caller);
+    }
+  }
+  // Every session killed first, then one wait for all: their processes die side by side.
+  std::vector<std::pair<std::string, std::unique_ptr<SessionCgroup>>> stale;
+  for (const auto& name : names) {
+    const size_t slash = name.find('/');
+    std::shared_ptr<CallerCgroup> caller;
+    if (slash != std::string::npos) {
+      if (auto it = taken_over.find(name.substr(0, slash)); it != taken_over.end()) {
+        caller = it->second;
+      }
+    }
+    stale.emplace_back(name, adopt(name, std::move(caller)));
+    stale.back().second->kill_all();
+  }
+  StaleSessions out;
+  const auto deadline = std::chrono::steady_clock::now() + kStaleExitWait;
+  for (auto& [name, session] : stale) {
+    const auto left = std::max(deadline - std::chrono::steady_clock::now(),
+                               std::chrono::steady_clock::duration::zero());
+    session->wait_empty(std::chrono::duration_cast<std::chrono::milliseconds>(left));
+    if (session->remove()) {
+      out.removed.push_back(name);
+    } else {
+      out.busy.push_back(std::move(session));
+    }
+  }
+  taken_over.clear();
+  remove_idle_callers(std::chrono::steady_clock::now(), {});
+  // One not taken over goes now, or stays (logged) for the next start.
+  for (const auto& caller : not_taken_over) {
     std::vector<SessionCgroup::Dir> dirs;
     for (const auto& p : parents_) dirs.push_back({.path = p.path + "/" + caller});
-    const CallerCgroup stale(std::move(dirs));  // its destructor removes them, or logs why not
+    const CallerCgroup left_over(std::move(dirs));
   }
-  return removed;
+  return out;
 }
 
 std::shared_ptr<CallerCgroup> CgroupManager::caller_cgroup(uid_t caller,

@@ -172,7 +172,8 @@ class SessionCgroup {
 
   std::string name_;
   std::vector<Dir> dirs_;
-  std::shared_ptr<CallerCgroup> caller_;    // null for a stale session adopted at start
+  // Null for a stale session of the older layout, or whose caller's cgroup was not taken over.
+  std::shared_ptr<CallerCgroup> caller_;
   uint64_t caller_memory_events_base_ = 0;  // the caller's counters when the session began
   uint64_t caller_pids_events_base_ = 0;
   bool removed_ = false;
@@ -240,12 +241,26 @@ class CgroupManager {
   // hierarchy; empty in kNone mode).
   std::vector<std::string> session_parent_dirs() const;
 
-  // At daemon start: kills and removes every caller-<uid>/session-* (and, from older versions,
-  // session-*) cgroup left by a previous instance, then the caller-<uid> directories. Returns
-  // the names removed ("caller-1000/session-ab12", "session-cd34"); a directory that stays busy
-  // is logged and left for next time. Throws pando::Error only when a directory cannot be
-  // listed.
-  std::vector<std::string> remove_stale_sessions();
+  // What remove_stale_sessions() found: the names it removed ("caller-1000/session-ab12",
+  // "session-cd34"), and the sessions still busy when it gave up waiting for them.
+  struct StaleSessions {
+    std::vector<std::string> removed;
+    std::vector<std::unique_ptr<SessionCgroup>> busy;
+  };
+  // At daemon start: kills every caller-<uid>/session-* (and, from older versions, session-*)
+  // cgroup left by a previous instance, waits up to kStaleExitWait for their processes to exit,
+  // and removes them; then the caller-<uid> directories that hold no busy session. Each stale
+  // caller directory is taken over as the caller's cgroup, with `caller_limits` written anew:
+  // the caller's next session shares it (two owners of one directory would each remove it),
+  // and it goes as any caller's does (remove_idle_callers) once its busy sessions are removed.
+  // The daemon retries remove() on each busy session until it is true. Throws pando::Error
+  // only when a directory cannot be listed.
+  StaleSessions remove_stale_sessions(const CallerLimits& caller_limits);
+
+  // How long remove_stale_sessions() waits for all killed processes together: dying takes a
+  // while for a fork bomb throttled by its cpu.max on a slow host (over 600 ms seen in CI's
+  // cgroup v2 guest); what is still busy after it is removed later, not waited for here.
+  static constexpr std::chrono::milliseconds kStaleExitWait{500};
 
   // Creates the session's directories in the caller's cgroup and writes its limits. The
   // caller's cgroup is made (with `caller_limits`) when the caller has none (no session and
@@ -287,7 +302,8 @@ class CgroupManager {
   // `v2_reason` too. In cgroup_v1.cc.
   static CgroupManager detect_legacy(const std::vector<cgroup_text::Mount>& mounts,
                                      const std::string& parent, const std::string& v2_reason);
-  std::unique_ptr<SessionCgroup> adopt(const std::string& name) const;
+  std::unique_ptr<SessionCgroup> adopt(const std::string& name,
+                                       std::shared_ptr<CallerCgroup> caller) const;
   std::shared_ptr<CallerCgroup> caller_cgroup(uid_t caller, const CallerLimits& limits);
 
   CgroupMode mode_ = CgroupMode::kNone;

@@ -217,9 +217,16 @@ int Daemon::run() {
                                                                             : "none")},
              {"detail", cgroups_->detail()}});
   if (cgroups_->mode() != CgroupMode::kNone) {
-    for (const auto& name : cgroups_->remove_stale_sessions()) {
-      log::warn("stale_session_removed", {{"cgroup", name}});
+    auto stale = cgroups_->remove_stale_sessions(
+        CgroupManager::caller_limits_from_config(config_.caller_limits()));
+    for (const auto& name : stale.removed) log::warn("stale_session_removed", {{"cgroup", name}});
+    for (auto& session : stale.busy) {
+      log::warn("stale_session_busy",
+                {{"cgroup", session->describe()},
+                 {"effect", std::string_view("killed; removed once its processes have exited")}});
+      defer_cgroup_removal(std::move(session));
     }
+    if (!stale.busy.empty()) arm_caller_sweep();  // for the callers the busy ones keep
   } else if (!config_.cgroups().allow_unlimited()) {
     log::error("cgroups_unavailable",
                {{"detail", cgroups_->detail()},

@@ -10,7 +10,8 @@
 #   4. a gcov build (PANDO_COVERAGE) running the unit and integration tests, and
 #      gcovr's line coverage of daemon/ (daemon and launcher)
 #   5. the libFuzzer target on the protocol core (both directions) and request validator (60 s)
-# Ends with the line "coverage: daemon/ P% of lines (N of M)" and the line
+# Ends with the line "times: <stage> N s, ..., whole run N s", the line
+# "coverage: daemon/ P% of lines (N of M)" and the line
 # "tests: N passed, N failed, N skipped" (skipped: a kernel feature or cgroup
 # layout this host or the guest lacks, or node 20+ or the npm registry for the MCP
 # example when its install is not cached, as in the guest; each prints its reason,
@@ -34,6 +35,18 @@ passed=0
 failed=0
 skipped=0
 status=0
+
+# Each stage's time goes into the "times:" line at the end, where a run that nears CI's limit
+# shows which stage grew.
+times=
+stage_name=
+stage_started=$SECONDS
+stage() {  # <short name> <title>: ends the stage before, starts this one (none: ends the last)
+  [ -z "$stage_name" ] || times+="$stage_name $((SECONDS - stage_started)) s, "
+  stage_name=${1:-}
+  stage_started=$SECONDS
+  [ -z "${2:-}" ] || echo "== $2"
+}
 
 count_ctest_log() {  # <log of one ctest run> <where it ran>
   local log=$1 line
@@ -108,14 +121,14 @@ build() {  # <dir> <cmake args...>
   }
 }
 
-echo "== build and test (RelWithDebInfo): unit, integration, packaging"
+stage release "build and test (RelWithDebInfo): unit, integration, packaging"
 if build build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
   run_ctest build/test
-  echo "== pure cgroup v2 guest (QEMU): unit and integration tests in three placements"
+  stage v2-guest "pure cgroup v2 guest (QEMU): unit and integration tests in three placements"
   v2_stage build/test
 fi
 
-echo "== ASan+UBSan: unit and integration tests"
+stage asan "ASan+UBSan: unit and integration tests"
 if build build/asan -DCMAKE_BUILD_TYPE=Debug -DPANDO_SANITIZE=ON; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:quarantine_size_mb=16 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     run_ctest build/asan -LE packaging
@@ -140,7 +153,7 @@ coverage_line() {  # <build dir>: sets $coverage
     <<<"$summary")
 }
 
-echo "== coverage (gcov): unit and integration tests, line coverage of daemon/"
+stage coverage "coverage (gcov): unit and integration tests, line coverage of daemon/"
 coverage="coverage: not measured (the coverage build failed)"
 # A launcher attaches its new root on /tmp of its mount namespace, which hides
 # a build tree under the host's /tmp from the counters it writes before
@@ -163,7 +176,7 @@ if build "$coverage_dir" -DCMAKE_BUILD_TYPE=Debug -DPANDO_COVERAGE=ON; then
 fi
 [ "$coverage_dir" = build/coverage ] || rm -rf "$coverage_dir"
 
-echo "== libFuzzer: protocol core and request validator, ${fuzz_seconds} s"
+stage fuzz "libFuzzer: protocol core and request validator, ${fuzz_seconds} s"
 if build build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DPANDO_FUZZ=ON -DPANDO_TESTS=OFF; then
   corpus=$(mktemp -d)
@@ -185,6 +198,8 @@ if [ "$status" -ne 0 ]; then
   dmesg 2>/dev/null | grep -E 'segfault|traps:|general protection|Out of memory|Killed process|invoked oom-killer' |
     tail -n 20
 fi
+stage
+echo "times: ${times}whole run ${SECONDS} s"
 echo "$coverage"
 echo "tests: ${passed} passed, ${failed} failed, ${skipped} skipped"
 exit "$status"

@@ -474,6 +474,50 @@ TEST_F(LifecycleTest, RestartedDaemonRemovesSessionsOfAKilledOne) {
   EXPECT_TRUE(eventually([] { return session_cgroup_dirs().empty(); }, 5s));
 }
 
+// A stale session still busy when the restarted daemon stops waiting for it (in CI's cgroup v2
+// guest, a fork bomb dying under its cpu.max for over 600 ms; here a child cgroup the test made
+// keeps it busy until the test removes it) is removed once it empties, not at the next start.
+// Meanwhile its caller launches as usual, into the same caller cgroup.
+TEST_F(LifecycleTest, RestartedDaemonRemovesAStaleSessionOnceItEmpties) {
+  start_daemon();
+  auto stale_client = open_session();
+  ASSERT_TRUE(stale_client->write_all("echo ready; exec sleep 1000\n"));
+  ASSERT_TRUE(stale_client->read_until("ready\n", 20s)) << daemon_->log();
+  const std::vector<std::string> stale = session_cgroup_dirs();
+  ASSERT_FALSE(stale.empty());
+  std::vector<std::string> blockers;
+  for (const auto& d : stale) {
+    blockers.push_back(d + "/blocker");
+    ASSERT_EQ(mkdir(blockers.back().c_str(), 0755), 0) << blockers.back();
+  }
+  daemon_->kill_hard();
+  stale_client->wait(20s);
+
+  Daemon restarted;
+  EXPECT_TRUE(eventually(no_role_processes, 5s)) << restarted.log();
+  EXPECT_EQ(lines_with(restarted.log_with("security_helper_daemon_stale_session_busy"),
+                       "security_helper_daemon_stale_session_busy")
+                .size(),
+            1u)
+      << restarted.log();
+  for (const auto& d : stale) EXPECT_TRUE(fs::exists(d)) << d << " went with a child cgroup in it";
+
+  const std::string project = restarted.dir().make_dir("proj", caller());
+  RunOptions run;
+  run.stdin_data = "echo fresh\n";
+  RunResult r = launch(restarted, caller(), "workspace", project, run);
+  EXPECT_EQ(r.exit_code, 0) << r.err << restarted.log();
+  EXPECT_EQ(r.out, "fresh\n");
+
+  for (const auto& b : blockers) ASSERT_EQ(rmdir(b.c_str()), 0) << b;
+  EXPECT_TRUE(eventually([] { return session_cgroup_dirs().empty(); }, 5s)) << restarted.log();
+  EXPECT_TRUE(eventually([] { return caller_cgroup_dirs().empty(); }, 10s)) << restarted.log();
+  r = launch(restarted, caller(), "workspace", project, run);
+  EXPECT_EQ(r.exit_code, 0) << r.err << restarted.log();
+  EXPECT_EQ(r.out, "fresh\n");
+  EXPECT_TRUE(lines_with(restarted.log(), "\"level\":\"error\"").empty()) << restarted.log();
+}
+
 TEST_F(LifecycleTest, ClientSigkillTakesDetachedSetsidProcesses) {
   start_daemon();
   auto client = open_session();

@@ -703,8 +703,10 @@ TEST_F(CgroupsTest, RemovesStaleSessions) {
   }
   child.release();
   caller_child.release();
-  auto removed = mgr.remove_stale_sessions();
-  EXPECT_EQ(removed, (std::vector<std::string>{"caller-77/session-cafe", "session-deadbeef"}));
+  auto found = mgr.remove_stale_sessions(kUnlimitedCaller);
+  EXPECT_EQ(found.removed,
+            (std::vector<std::string>{"caller-77/session-cafe", "session-deadbeef"}));
+  EXPECT_TRUE(found.busy.empty());
   int status = child.wait();
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
   status = caller_child.wait();
@@ -714,6 +716,41 @@ TEST_F(CgroupsTest, RemovesStaleSessions) {
     EXPECT_TRUE(is_dir(p + "/not-a-session")) << p;
     EXPECT_EQ(rmdir((p + "/not-a-session").c_str()), 0);
   }
+}
+
+// A stale session that stays busy after its kill (here a child cgroup keeps its rmdir failing;
+// in CI it was a fork bomb dying slowly under its cpu.max) is handed back to be removed later,
+// and its caller's stale directory becomes the caller's cgroup, with today's limits: the
+// caller's next session shares it, and it goes with the caller's last session, not before.
+TEST_F(CgroupsTest, AStaleSessionThatStaysBusyIsHandedBackAndItsCallerTakenOver) {
+  REQUIRE_LIMITS(mgr);
+  std::vector<std::string> callers;
+  std::vector<std::string> blockers;
+  for (const auto& p : mgr.session_parent_dirs()) {
+    callers.push_back(p + "/caller-4242");
+    blockers.push_back(p + "/caller-4242/session-b00c/blocker");
+    ASSERT_EQ(mkdir(callers.back().c_str(), 0755), 0) << p;
+    ASSERT_EQ(mkdir((callers.back() + "/session-b00c").c_str(), 0755), 0) << p;
+    ASSERT_EQ(mkdir(blockers.back().c_str(), 0755), 0) << p;
+  }
+  const CallerLimits today{0, 40, 0};
+  auto stale = mgr.remove_stale_sessions(today);
+  EXPECT_TRUE(stale.removed.empty());
+  ASSERT_EQ(stale.busy.size(), 1u);
+  EXPECT_EQ(CgroupReader(callers).pids_max(), 40u) << "the stale caller keeps its old limits";
+
+  auto next = mgr.create_session("0e11", kCaller, SessionLimits{}, today);
+  for (size_t i = 0; i < callers.size(); ++i) {
+    EXPECT_EQ(next->dirs()[i], callers[i] + "/session-0e11");
+  }
+  EXPECT_FALSE(stale.busy[0]->remove());
+  for (const auto& b : blockers) ASSERT_EQ(rmdir(b.c_str()), 0) << b;
+  EXPECT_TRUE(stale.busy[0]->remove());
+  mgr.remove_idle_callers(std::chrono::steady_clock::now(), {});
+  for (const auto& d : callers) EXPECT_TRUE(is_dir(d)) << d << " went with a live session";
+  EXPECT_TRUE(next->remove());
+  EXPECT_FALSE(mgr.remove_idle_callers(std::chrono::steady_clock::now(), {}));
+  for (const auto& d : callers) EXPECT_FALSE(is_dir(d)) << d;
 }
 
 // The caller cgroup comes with a caller's first session, carries the caller limits, holds
