@@ -1,9 +1,9 @@
 // Session cgroups: detection, and what v1 and v2 share. What differs is in cgroup_v1.cc and
-// cgroup_v2.cc, behind CgroupVersion (cgroup_version.h).
+// cgroup_v2.cc, behind CgroupVersion (cgroup_version.h); what a start finds of an earlier
+// instance's sessions is in cgroup_stale_sessions.cc.
 
 #include "daemon/cgroups.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -11,11 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
 #include <cstring>
-#include <functional>
-#include <map>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -35,9 +32,6 @@ using namespace cgroup_fs;
 
 namespace {
 
-constexpr std::string_view kSessionPrefix = "session-";
-constexpr std::string_view kCallerPrefix = "caller-";
-
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
 int open_pidfd(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
@@ -50,33 +44,6 @@ void write_limits(const SessionCgroup::Dir& d, uint64_t memory_max, uint32_t pid
                 pids_max == 0 ? std::string("max") : std::to_string(pids_max));
   }
   version_of(d).write_limits(d, memory_max, cpu_max_percent);
-}
-
-// Names of the subdirectories of `dir` for which `wanted` holds; none when `dir` is gone.
-std::vector<std::string> subdirs(const std::string& dir,
-                                 const std::function<bool(std::string_view)>& wanted) {
-  std::vector<std::string> out;
-  DIR* d = opendir(dir.c_str());
-  if (!d) {
-    if (errno == ENOENT) return out;
-    fail("opendir " + dir, errno);
-  }
-  while (dirent* e = readdir(d)) {
-    if (e->d_type == DT_DIR && wanted(e->d_name)) out.emplace_back(e->d_name);
-  }
-  closedir(d);
-  return out;
-}
-
-bool is_session_name(std::string_view name) {
-  return name.starts_with(kSessionPrefix) &&
-         cgroup_text::valid_session_id(name.substr(kSessionPrefix.size()));
-}
-
-bool is_caller_name(std::string_view name) {
-  std::string_view uid = name.substr(std::min(name.size(), kCallerPrefix.size()));
-  return name.starts_with(kCallerPrefix) && !uid.empty() && uid.size() <= 10 &&
-         std::all_of(uid.begin(), uid.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 }  // namespace
@@ -446,83 +413,6 @@ bool CgroupManager::limits_pids() const {
 std::vector<std::string> CgroupManager::session_parent_dirs() const {
   std::vector<std::string> out;
   for (const auto& p : parents_) out.push_back(p.path);
-  return out;
-}
-
-std::unique_ptr<SessionCgroup> CgroupManager::adopt(const std::string& name,
-                                                    std::shared_ptr<CallerCgroup> caller) const {
-  std::vector<SessionCgroup::Dir> dirs;
-  for (const auto& p : parents_) {
-    SessionCgroup::Dir d = p;
-    d.path = p.path + "/" + name;
-    if (exists(d.path)) dirs.push_back(d);
-  }
-  return std::unique_ptr<SessionCgroup>(new SessionCgroup(name, std::move(dirs), std::move(caller)));
-}
-
-CgroupManager::StaleSessions CgroupManager::remove_stale_sessions(
-    const CallerLimits& caller_limits) {
-  std::set<std::string> names;  // below the parents: session-<id> or caller-<uid>/session-<id>
-  std::set<std::string> callers;
-  for (const auto& p : parents_) {
-    for (const auto& name : subdirs(p.path, is_session_name)) names.insert(name);
-    for (const auto& caller : subdirs(p.path, is_caller_name)) {
-      callers.insert(caller);
-      for (const auto& name : subdirs(p.path + "/" + caller, is_session_name)) {
-        names.insert(caller + "/" + name);
-      }
-    }
-  }
-  std::map<std::string, std::shared_ptr<CallerCgroup>> taken_over;
-  std::vector<std::string> not_taken_over;
-  for (const auto& caller : callers) {
-    const std::string_view digits = std::string_view(caller).substr(kCallerPrefix.size());
-    uid_t uid = 0;
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), uid);
-    try {
-      if (ec != std::errc() || end != digits.data() + digits.size()) {
-        throw pando::Error(ERROR_INTERNAL, "not a uid");
-      }
-      taken_over[caller] = caller_cgroup(uid, caller_limits);
-    } catch (const std::exception& e) {
-      log::error("stale_caller_not_taken_over",
-                 {{"cgroup", caller}, {"error", std::string(e.what())}});
-      not_taken_over.push_back(caller);
-    }
-  }
-  // Every session killed first, then one wait for all: their processes die side by side.
-  std::vector<std::pair<std::string, std::unique_ptr<SessionCgroup>>> stale;
-  for (const auto& name : names) {
-    const size_t slash = name.find('/');
-    std::shared_ptr<CallerCgroup> caller;
-    if (slash != std::string::npos) {
-      if (auto it = taken_over.find(name.substr(0, slash)); it != taken_over.end()) {
-        caller = it->second;
-      }
-    }
-    stale.emplace_back(name, adopt(name, std::move(caller)));
-    stale.back().second->kill_all();
-  }
-  StaleSessions out;
-  const auto deadline = std::chrono::steady_clock::now() + kStaleExitWait;
-  for (auto& [name, session] : stale) {
-    const auto left = std::max(deadline - std::chrono::steady_clock::now(),
-                               std::chrono::steady_clock::duration::zero());
-    session->wait_empty(std::chrono::duration_cast<std::chrono::milliseconds>(left));
-    if (session->remove()) {
-      out.removed.push_back(name);
-    } else {
-      out.busy.push_back(std::move(session));
-    }
-  }
-  taken_over.clear();
-  remove_idle_callers(std::chrono::steady_clock::now(), {});
-  // One not taken over goes now, or stays (logged) for the next start.
-  for (const auto& caller : not_taken_over) {
-    std::vector<SessionCgroup::Dir> dirs;
-    for (const auto& p : parents_) dirs.push_back({.path = p.path + "/" + caller});
-    const CallerCgroup left_over(std::move(dirs));
-  }
   return out;
 }
 

@@ -11,7 +11,8 @@
 //    one directory <hierarchy>/<parent>/caller-<uid>/session-<id> in each of the memory, pids,
 //    cpu, cpuacct and freezer hierarchies.
 // v1 and v2 differ behind one interface (cgroup_version.h): cgroup_v1.cc and cgroup_v2.cc; this
-// header and cgroups.cc hold the detection and what both share.
+// header and cgroups.cc hold the detection and what both share, cgroup_stale_sessions.cc what a
+// start finds of an earlier instance's sessions.
 // Every call is synchronous and returns within a few milliseconds except wait_empty(), whose
 // bound the caller chooses. Nothing here is thread-safe; the daemon is single-threaded.
 // Failures throw pando::Error (proto/error.h): ERROR_CGROUP_UNAVAILABLE for a failed step,
@@ -24,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -302,8 +304,17 @@ class CgroupManager {
   // `v2_reason` too. In cgroup_v1.cc.
   static CgroupManager detect_legacy(const std::vector<cgroup_text::Mount>& mounts,
                                      const std::string& parent, const std::string& v2_reason);
+  static constexpr std::string_view kSessionPrefix = "session-";
+  static constexpr std::string_view kCallerPrefix = "caller-";
+  static bool is_session_name(std::string_view name);
+  // The uid of a "caller-<uid>" name; nullopt for any other name.
+  static std::optional<uid_t> caller_uid(std::string_view name);
+  // In cgroup_stale_sessions.cc, with remove_stale_sessions(). A caller that cannot be taken
+  // over is logged and missing from the map.
   std::unique_ptr<SessionCgroup> adopt(const std::string& name,
                                        std::shared_ptr<CallerCgroup> caller) const;
+  std::map<std::string, std::shared_ptr<CallerCgroup>> take_over_callers(
+      const std::set<std::string>& callers, const CallerLimits& limits);
   std::shared_ptr<CallerCgroup> caller_cgroup(uid_t caller, const CallerLimits& limits);
 
   CgroupMode mode_ = CgroupMode::kNone;

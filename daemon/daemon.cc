@@ -217,16 +217,7 @@ int Daemon::run() {
                                                                             : "none")},
              {"detail", cgroups_->detail()}});
   if (cgroups_->mode() != CgroupMode::kNone) {
-    auto stale = cgroups_->remove_stale_sessions(
-        CgroupManager::caller_limits_from_config(config_.caller_limits()));
-    for (const auto& name : stale.removed) log::warn("stale_session_removed", {{"cgroup", name}});
-    for (auto& session : stale.busy) {
-      log::warn("stale_session_busy",
-                {{"cgroup", session->describe()},
-                 {"effect", std::string_view("killed; removed once its processes have exited")}});
-      defer_cgroup_removal(std::move(session));
-    }
-    if (!stale.busy.empty()) arm_caller_sweep();  // for the callers the busy ones keep
+    remove_stale_sessions();
   } else if (!config_.cgroups().allow_unlimited()) {
     log::error("cgroups_unavailable",
                {{"detail", cgroups_->detail()},
@@ -461,6 +452,19 @@ UniqueFd Daemon::idmap_userns(uid_t caller_uid, gid_t caller_gid, uid_t role_uid
   UniqueFd copy(fcntl(it->second.get(), F_DUPFD_CLOEXEC, 0));
   if (!copy.valid()) throw_errno("dup idmap userns", v1::ERROR_INTERNAL);
   return copy;
+}
+
+void Daemon::remove_stale_sessions() {
+  auto stale = cgroups_->remove_stale_sessions(
+      CgroupManager::caller_limits_from_config(config_.caller_limits()));
+  for (const auto& name : stale.removed) log::warn("stale_session_removed", {{"cgroup", name}});
+  for (auto& session : stale.busy) {
+    log::warn("stale_session_busy",
+              {{"cgroup", session->describe()},
+               {"effect", std::string_view("killed; removed once its processes have exited")}});
+    defer_cgroup_removal(std::move(session));
+  }
+  if (!stale.busy.empty()) arm_caller_sweep();  // for the callers the busy ones keep
 }
 
 void Daemon::defer_cgroup_removal(std::unique_ptr<SessionCgroup> cgroup) {

@@ -110,6 +110,8 @@ class Daemon {
   void arm_idle_timer();
   void arm_caller_sweep();
   void retry_deferred_cgroups();
+  // At start: an earlier instance's session cgroups are killed and removed, or deferred.
+  void remove_stale_sessions();
   void arm_prestart_timer();
   void off_loop_finished(uint64_t id);
   std::string new_session_id();
