@@ -46,14 +46,11 @@ bool CgroupManager::is_session_name(std::string_view name) {
 
 std::optional<uid_t> CgroupManager::caller_uid(std::string_view name) {
   if (!name.starts_with(kCallerPrefix)) return std::nullopt;
+  // from_chars takes only digits for an unsigned type: a sign, a space or no digit fails.
   const std::string_view digits = name.substr(kCallerPrefix.size());
   uid_t uid = 0;
   const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), uid);
-  const bool all_digits =
-      std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (digits.empty() || !all_digits || ec != std::errc() || end != digits.data() + digits.size()) {
-    return std::nullopt;
-  }
+  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
   return uid;
 }
 
@@ -117,10 +114,10 @@ CgroupManager::StaleSessions CgroupManager::remove_stale_sessions(
       out.busy.push_back(std::move(session));
     }
   }
+  std::erase_if(callers, [&](const std::string& caller) { return taken_over.contains(caller); });
   taken_over.clear();
   remove_idle_callers(std::chrono::steady_clock::now(), {});
   for (const auto& caller : callers) {  // one not taken over goes now, or stays (logged)
-    if (callers_.contains(*caller_uid(caller))) continue;
     std::vector<SessionCgroup::Dir> dirs;
     for (const auto& p : parents_) dirs.push_back({.path = p.path + "/" + caller});
     const CallerCgroup left_over(std::move(dirs));

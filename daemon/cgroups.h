@@ -259,9 +259,9 @@ class CgroupManager {
   // only when a directory cannot be listed.
   StaleSessions remove_stale_sessions(const CallerLimits& caller_limits);
 
-  // How long remove_stale_sessions() waits for all killed processes together: dying takes a
-  // while for a fork bomb throttled by its cpu.max on a slow host (over 600 ms seen in CI's
-  // cgroup v2 guest); what is still busy after it is removed later, not waited for here.
+  // How long remove_stale_sessions() waits for all killed processes together. Dying can take
+  // longer (a killed fork bomb under its cpu.max was still busy after 600 ms in CI's cgroup v2
+  // guest); what is still busy then is removed later, not waited for here.
   static constexpr std::chrono::milliseconds kStaleExitWait{500};
 
   // Creates the session's directories in the caller's cgroup and writes its limits. The

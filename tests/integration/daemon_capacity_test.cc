@@ -185,8 +185,8 @@ class DaemonCapacityTest : public ::testing::Test {
     return pid_file;
   }
 
-  // The pid of the getent that hang_lookups_of() planted, once the daemon runs it; -1 when it
-  // was not run within 20 s.
+  // The pid of the getent that hang_lookups_of() planted, once the daemon runs it; not positive
+  // when it was not run within 20 s.
   pid_t hanging_getent(const std::string& pid_file) {
     pid_t getent = -1;
     eventually(
