@@ -7,9 +7,9 @@
 # version (an edited conffile survives, the new daemon runs), remove and purge.
 #   nspawn_test.sh OUT_DIR SUITE [UPGRADE_OUT_DIR]
 # OUT_DIR holds the one pando-helper_*.deb to test. UPGRADE_OUT_DIR holds the
-# one .deb to upgrade to, of a higher version; without it the script builds one
-# with PANDO_VERSION=<version>+nspawn1 packaging/build-packages.sh (a full
-# Release build) in its temporary directory.
+# one .deb to upgrade to, of a higher version; without it the script makes one
+# with tests/packaging/upgrade_deb.sh (the same .deb, version <version>+nspawn1)
+# in its temporary directory.
 #
 # The Debian root comes from debootstrap (network: the Debian mirror) on first
 # use and is cached as a tarball in /var/cache/pando-helper-tests/nspawn/SUITE
@@ -499,8 +499,8 @@ inside systemctl stop pando-helperd.service >/dev/null 2>&1 || fail "systemctl s
 phase "upgrade"
 if [ -z "$upgrade_out" ]; then
 	upgrade_out=$tmp/upgrade-out
-	PANDO_VERSION="$version1+nspawn1" PANDO_SKIP_RPM=1 "$src/packaging/build-packages.sh" "$upgrade_out" \
-		>"$tmp/build-upgrade.log" 2>&1 || { cat "$tmp/build-upgrade.log" >&2; fail "building the upgrade .deb"; }
+	"$src/tests/packaging/upgrade_deb.sh" "$out" "$version1+nspawn1" "$upgrade_out" >/dev/null ||
+		fail "making the upgrade .deb"
 fi
 deb2=$(one_deb "$upgrade_out")
 version2=$(dpkg-deb -f "$deb2" Version)
