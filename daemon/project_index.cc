@@ -194,7 +194,8 @@ void ProjectIndex::read_subtree(std::uint32_t top, int top_fd) {
       continue;
     }
     std::vector<std::uint32_t> pending = read_directory(child, fd.get());
-    if (stack.size() >= kOpenLevels) {
+    // Never the top's: it is the caller's, and where every reopening starts.
+    if (stack.size() > kOpenLevels) {
       Frame& far = stack[stack.size() - kOpenLevels];
       far.owned.reset();
       far.fd = -1;

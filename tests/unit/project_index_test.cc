@@ -152,6 +152,20 @@ TEST_F(ProjectIndexTest, ADeepTreeIsReadWholeWithFewFds) {
   }
 }
 
+// Two chains deeper than the fds a reading keeps open, side by side below the root: whichever
+// comes first, the root's other one is read after it, from the root's own fd.
+TEST_F(ProjectIndexTest, TheRootsOtherDirectoriesAreReadAfterADeepOne) {
+  std::vector<std::string> expected;
+  for (const std::string top : {"a", "b"}) {
+    std::string path = top;
+    for (int level = 1; level < 80; ++level) path += "/d";
+    dir(path);
+    file(path + "/.env");
+    expected.push_back(path + "/.env");
+  }
+  EXPECT_EQ(fresh().hidden, expected);
+}
+
 // One random change to the tree below `root`: the kinds of change that move, replace, hide
 // or reveal what an index holds.
 void mutate(const std::string& root, std::mt19937& random) {
