@@ -3,12 +3,13 @@
 # namespaces and cgroups for real and remove them again):
 #   1. dependencies (Debian 12 packages)
 #   2. a RelWithDebInfo build and every test: unit, integration, packaging; then its unit and
-#      integration tests again in pure cgroup v2 guests under QEMU (tests/v2guest/stage.sh:
-#      Debian 12, systemd, kernel 6.12), one each for a plain service, a delegated unit like
-#      the shipped one and a plain cgroup, the three at once
-#   3. a Debug build with ASan+UBSan and gcov (PANDO_SANITIZE, PANDO_COVERAGE) running the
-#      unit and integration tests, and gcovr's line coverage of daemon/ (daemon and launcher)
-#   4. the libFuzzer target on the protocol core (both directions) and request validator (60 s)
+#      integration tests again in a pure cgroup v2 guest under QEMU (tests/v2guest/stage.sh:
+#      Debian 12, systemd, kernel 6.12), in a plain service, a delegated unit like the
+#      shipped one and a plain cgroup
+#   3. an ASan+UBSan build running the unit and integration tests
+#   4. a gcov build (PANDO_COVERAGE) running the unit and integration tests, and
+#      gcovr's line coverage of daemon/ (daemon and launcher)
+#   5. the libFuzzer target on the protocol core (both directions) and request validator (60 s)
 # Ends with the line "times: <stage> N s, ..., whole run N s", the line
 # "coverage: daemon/ P% of lines (N of M)" and the line
 # "tests: N passed, N failed, N skipped" (skipped: a kernel feature or cgroup
@@ -127,6 +128,12 @@ if build build/test -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
   v2_stage build/test
 fi
 
+stage asan "ASan+UBSan: unit and integration tests"
+if build build/asan -DCMAKE_BUILD_TYPE=Debug -DPANDO_SANITIZE=ON; then
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:quarantine_size_mb=16 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    run_ctest build/asan -LE packaging
+fi
+
 # gcovr's own count of daemon/'s lines, nothing adjusted; what it cannot see is
 # in the README ("Tests").
 coverage_line() {  # <build dir>: sets $coverage
@@ -147,30 +154,28 @@ coverage_line() {  # <build dir>: sets $coverage
     <<<"$summary")
 }
 
-stage asan "ASan+UBSan with gcov: unit and integration tests, line coverage of daemon/"
-coverage="coverage: not measured (the ASan+UBSan build failed)"
-# One build for both: the sanitizers watch the same run whose lines gcov counts (Debug, -O0).
-# A launcher attaches its new root on /tmp of its mount namespace, which hides a build tree
-# under the host's /tmp from the counters it writes before pivot_root
-# (daemon/coverage/flush_counters.cc): a checkout there gets this build in /var/tmp, removed
-# afterwards.
-asan_dir=build/asan
+stage coverage "coverage (gcov): unit and integration tests, line coverage of daemon/"
+coverage="coverage: not measured (the coverage build failed)"
+# A launcher attaches its new root on /tmp of its mount namespace, which hides
+# a build tree under the host's /tmp from the counters it writes before
+# pivot_root (daemon/coverage/flush_counters.cc): a checkout there gets its
+# coverage build in /var/tmp, removed afterwards.
+coverage_dir=build/coverage
 case "$root/" in
   /tmp/*)
-    asan_dir=$(mktemp -d /var/tmp/pando-helper-asan.XXXXXX)
+    coverage_dir=$(mktemp -d /var/tmp/pando-helper-coverage.XXXXXX)
     # Like a checkout: the roles and the tests' users run its binaries.
-    chmod 0755 "$asan_dir"
+    chmod 0755 "$coverage_dir"
     ;;
 esac
-if build "$asan_dir" -DCMAKE_BUILD_TYPE=Debug -DPANDO_SANITIZE=ON -DPANDO_COVERAGE=ON; then
+if build "$coverage_dir" -DCMAKE_BUILD_TYPE=Debug -DPANDO_COVERAGE=ON; then
   # This run's counts only (the build's test discovery runs the test binaries too).
-  find "$asan_dir" -name '*.gcda' -delete
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:quarantine_size_mb=16 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_ctest "$asan_dir" -LE packaging
-  coverage_line "$asan_dir"
+  find "$coverage_dir" -name '*.gcda' -delete
+  run_ctest "$coverage_dir" -LE packaging
+  coverage_line "$coverage_dir"
   echo "$coverage"
 fi
-[ "$asan_dir" = build/asan ] || rm -rf "$asan_dir"
+[ "$coverage_dir" = build/coverage ] || rm -rf "$coverage_dir"
 
 stage fuzz "libFuzzer: protocol core and request validator, ${fuzz_seconds} s"
 if build build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
