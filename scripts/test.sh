@@ -140,9 +140,8 @@ coverage_line() {  # <build dir>: sets $coverage
   local summary report
   # A file of its own for the report: gcovr must never be pointed at /dev/null.
   report=$(mktemp)
-  # The build's counters only: never another build's under the checkout.
   summary=$(gcovr --root "$root" --object-directory "$1" --filter "$root/daemon/" \
-    --print-summary -o "$report" "$1" | grep -E '^lines: ')
+    --print-summary -o "$report" | grep -E '^lines: ')
   rm -f "$report"
   if [ -z "$summary" ]; then
     coverage="coverage: gcovr reported nothing for daemon/"
